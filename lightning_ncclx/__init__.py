@@ -1,0 +1,14 @@
+"""lightning-ncclx: PyTorch Lightning strategies on torch's NCCL backends with the flight
+recorder configured and a stall watchdog that names the rank and collective behind a hang.
+
+``import lightning_ncclx`` registers ``ddp_ncclx``, ``ddp_ncclx_spawn``, ``fsdp_ncclx`` and
+``fsdp2_ncclx`` with Lightning (``lightning.pytorch``, ``lightning.fabric`` and
+``pytorch_lightning`` where installed)::
+
+    import lightning_ncclx
+    trainer = Trainer(strategy="ddp_ncclx", accelerator="cpu", devices=2)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,281 @@
+"""Typed configuration of lightning-ncclx.
+
+Plain keyword-only dataclasses, importable without torch or Lightning, mirrored one-to-one by
+the Hydra tree in ``conf/ncclx/`` and registered in Hydra's ConfigStore (see ``hydra_store``).
+Every check lives in ``__post_init__`` and raises :class:`~lightning_ncclx.errors.ConfigError`
+naming the dotted key and the bad value. With OmegaConf, ``__post_init__`` only runs at
+``OmegaConf.to_object``: use :func:`ncclx_config_from` to convert before use.
+
+Example::
+
+    from lightning_ncclx.config import NcclxConfig, WatchdogConfig
+    cfg = NcclxConfig(watchdog=WatchdogConfig(train_step_seconds=120.0))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from lightning_ncclx.errors import ConfigError
+
+BACKEND_CHOICES = ("auto", "nccl2", "nccl-legacy", "nccl-lazy", "gloo")
+
+
+class StallAction(str, Enum):
+    """What the watchdog does once a stall has been dumped and summarized."""
+
+    dump = "dump"
+    """Write the dumps and the summary, then keep waiting (the job may recover)."""
+    dump_and_exit = "dump_and_exit"
+    """Write the dumps and the summary, then end every rank with ``exit_code``."""
+
+
+class EnvPrecedence(str, Enum):
+    """Who wins when a recorder variable is already set in the environment."""
+
+    config = "config"
+    """The config's value is exported; the user's differing value is reported and replaced."""
+    environment = "environment"
+    """The user's value is kept; the config's differing value is reported and ignored."""
+
+
+def _require(condition: bool, key: str, value: Any, why: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={value!r} is not valid: {why}")
+
+
+def _finite_positive(key: str, value: Any) -> None:
+    _require(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+        key,
+        value,
+        "expected a finite number of seconds greater than 0",
+    )
+
+
+def _non_negative_int(key: str, value: Any) -> None:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, key, value, "expected an integer >= 0")
+
+
+@dataclass(kw_only=True)
+class FlightRecorderConfig:
+    """torch's flight recorder, exported as ``TORCH_FR_*``/``TORCH_NCCL_*`` variables on every rank."""
+
+    buffer_size: int = 20000
+    """Entries kept per rank and backend (ring buffer). 0 turns the recorder off."""
+    dump_on_timeout: bool = True
+    """Let torch's NCCL watchdog write its own dump when a collective times out."""
+    stack_traces: bool = True
+    """Keep the Python call stack of each collective and write it into dumps (``frames``)."""
+    cpp_stacks: bool = False
+    """Also record C++ stacks (slow: use only to debug torch itself)."""
+    timing: bool = False
+    """Record CUDA start/end events per collective (``duration_ms``); costs a little per op."""
+    dump_dir: str | None = None
+    """Folder for every dump of this run. Default: ``<hydra output dir>/ncclx_dumps`` under
+    Hydra, else ``<trainer.default_root_dir>/ncclx_dumps/<run id>``."""
+    torch_dump_prefix: str = "nccl_trace_rank_"
+    """File-name prefix of torch's own dump-on-timeout files, written in ``<dump_dir>/torch/``."""
+    env_precedence: EnvPrecedence = EnvPrecedence.config
+    """Which value wins when a variable is already set in the environment and disagrees."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.flight_recorder"
+        _non_negative_int(f"{key}.buffer_size", self.buffer_size)
+        _require(
+            bool(self.torch_dump_prefix) and "/" not in self.torch_dump_prefix,
+            f"{key}.torch_dump_prefix",
+            self.torch_dump_prefix,
+            "expected a non-empty file-name prefix without '/'",
+        )
+        if self.dump_dir is not None:
+            _require(bool(str(self.dump_dir).strip()), f"{key}.dump_dir", self.dump_dir, "expected a folder path or null")
+        self.env_precedence = EnvPrecedence(self.env_precedence)
+
+
+@dataclass(kw_only=True)
+class TimeoutConfig:
+    """Collective timeouts: long while the job starts, shorter once training runs steadily."""
+
+    init_timeout_seconds: float = 1800.0
+    """Timeout of group creation and of the first ``warmup_steps`` steps (compilation, first
+    checkpoint load, lazy communicator set-up)."""
+    training_timeout_seconds: float = 600.0
+    """Timeout applied to every process group, on all ranks together, after the warm-up."""
+    warmup_steps: int = 2
+    """Training batches run with ``init_timeout_seconds`` before switching. 0 switches at once."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.timeouts"
+        _finite_positive(f"{key}.init_timeout_seconds", self.init_timeout_seconds)
+        _finite_positive(f"{key}.training_timeout_seconds", self.training_timeout_seconds)
+        _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
+        if self.training_timeout_seconds > self.init_timeout_seconds:
+            raise ConfigError(
+                f"{key}.training_timeout_seconds={self.training_timeout_seconds} is longer than "
+                f"{key}.init_timeout_seconds={self.init_timeout_seconds}: the start-up timeout must be "
+                "the longer one"
+            )
+
+
+@dataclass(kw_only=True)
+class AutoThresholdConfig:
+    """A training-step stall threshold learned from the job's own step times."""
+
+    enabled: bool = True
+    """Tighten ``train_step_seconds`` to ``multiplier`` x the slowest recent step (never below
+    ``floor_seconds``, never above ``train_step_seconds``) once ``warmup_steps`` have run."""
+    multiplier: float = 10.0
+    floor_seconds: float = 30.0
+    warmup_steps: int = 20
+    """Steps observed before the learned threshold is used."""
+    window: int = 100
+    """How many recent step times the slowest is taken over."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.watchdog.auto"
+        _require(
+            isinstance(self.multiplier, (int, float)) and math.isfinite(self.multiplier) and self.multiplier >= 1.5,
+            f"{key}.multiplier",
+            self.multiplier,
+            "expected a number >= 1.5 (a smaller one would flag ordinary step-time jitter)",
+        )
+        _finite_positive(f"{key}.floor_seconds", self.floor_seconds)
+        _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
+        _require(isinstance(self.window, int) and self.window >= 1, f"{key}.window", self.window, "expected an integer >= 1")
+
+
+@dataclass(kw_only=True)
+class WatchdogConfig:
+    """The stall watchdog: a daemon thread per rank fed by heartbeats at batch boundaries."""
+
+    enabled: bool = True
+    poll_interval_seconds: float = 0.5
+    """How often the thread looks at the heartbeat and at dump requests from other ranks."""
+    first_step_seconds: float = 900.0
+    """Threshold for the first training step (compilation, warm-up, lazy NCCL set-up)."""
+    train_step_seconds: float = 300.0
+    """Threshold for an ordinary training step (upper bound of the ``auto`` threshold)."""
+    validation_seconds: float = 500.0
+    """Threshold for one validation batch or the validation epoch's start and end."""
+    checkpoint_seconds: float = 500.0
+    """Threshold while a checkpoint is saved."""
+    auto: AutoThresholdConfig = field(default_factory=AutoThresholdConfig)
+    on_stall: StallAction = StallAction.dump
+    """``dump``: dump, summarize, keep waiting. ``dump_and_exit``: then end every rank."""
+    exit_code: int = 75
+    """Exit code of every rank after ``dump_and_exit`` (75 = EX_TEMPFAIL)."""
+    max_dumps_per_run: int = 3
+    """Coordinated stall dumps per run; later stalls are only logged."""
+    dump_on_exception: bool = True
+    """Write the failing rank's dump when training raises."""
+    on_demand_signal: str | None = "SIGUSR2"
+    """Signal that makes every rank dump (``kill -USR2 <pid>`` on any rank); null disables."""
+    collect_timeout_seconds: float = 20.0
+    """How long the summarizing rank waits for every rank's dump before summarizing anyway."""
+    gather_through_store: bool = True
+    """Copy every rank's dump to the summarizing rank through the job's store, so node-local
+    dump folders still give a complete summary."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.watchdog"
+        for name in ("poll_interval_seconds", "first_step_seconds", "train_step_seconds",
+                     "validation_seconds", "checkpoint_seconds", "collect_timeout_seconds"):
+            _finite_positive(f"{key}.{name}", getattr(self, name))
+        if isinstance(self.auto, Mapping):
+            self.auto = AutoThresholdConfig(**self.auto)
+        self.on_stall = StallAction(self.on_stall)
+        _require(
+            isinstance(self.exit_code, int) and 1 <= self.exit_code <= 255,
+            f"{key}.exit_code",
+            self.exit_code,
+            "expected an exit code from 1 to 255",
+        )
+        _non_negative_int(f"{key}.max_dumps_per_run", self.max_dumps_per_run)
+        if self.poll_interval_seconds > 5.0:
+            raise ConfigError(
+                f"{key}.poll_interval_seconds={self.poll_interval_seconds} is not valid: expected at most 5 "
+                "seconds, or stalls are noticed late and other ranks' dump requests wait"
+            )
+        if self.on_demand_signal is not None:
+            _require(
+                self.on_demand_signal in ("SIGUSR1", "SIGUSR2"),
+                f"{key}.on_demand_signal",
+                self.on_demand_signal,
+                "expected SIGUSR2, SIGUSR1 or null (SIGUSR1 is SLURM's requeue signal in Lightning)",
+            )
+        if self.auto.enabled and self.auto.floor_seconds > self.train_step_seconds:
+            raise ConfigError(
+                f"{key}.auto.floor_seconds={self.auto.floor_seconds} is longer than "
+                f"{key}.train_step_seconds={self.train_step_seconds}, the upper bound of the learned threshold"
+            )
+
+
+@dataclass(kw_only=True)
+class NcclxConfig:
+    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog."""
+
+    backend: str = "auto"
+    """``auto`` (nccl on CUDA, gloo on CPU) | ``nccl2`` | ``nccl-legacy`` | ``nccl-lazy`` | ``gloo``."""
+    flight_recorder: FlightRecorderConfig = field(default_factory=FlightRecorderConfig)
+    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.backend in BACKEND_CHOICES,
+            "ncclx.backend",
+            self.backend,
+            f"expected one of {', '.join(BACKEND_CHOICES)}",
+        )
+        if isinstance(self.flight_recorder, Mapping):
+            self.flight_recorder = FlightRecorderConfig(**self.flight_recorder)
+        if isinstance(self.timeouts, Mapping):
+            self.timeouts = TimeoutConfig(**self.timeouts)
+        if isinstance(self.watchdog, Mapping):
+            self.watchdog = WatchdogConfig(**self.watchdog)
+        if self.watchdog.enabled:
+            _check_stall_shorter_than_timeout(self.watchdog, self.timeouts)
+
+
+def _check_stall_shorter_than_timeout(watchdog: WatchdogConfig, timeouts: TimeoutConfig) -> None:
+    """A stall must be noticed before the collective timeout aborts the process, or only the
+    ranks blocked in the collective ever dump and the culprit is lost."""
+    pairs = [
+        ("first_step_seconds", watchdog.first_step_seconds, "init_timeout_seconds", timeouts.init_timeout_seconds),
+    ]
+    for name in ("train_step_seconds", "validation_seconds", "checkpoint_seconds"):
+        pairs.append((name, getattr(watchdog, name), "training_timeout_seconds", timeouts.training_timeout_seconds))
+    for stall_key, stall, timeout_key, timeout in pairs:
+        if stall >= timeout:
+            raise ConfigError(
+                f"ncclx.watchdog.{stall_key}={stall} must be shorter than ncclx.timeouts.{timeout_key}={timeout}: "
+                "the watchdog has to dump every rank before the collective timeout aborts the job"
+            )
+
+
+def ncclx_config_from(value: Any) -> NcclxConfig:
+    """Turn ``None``, a mapping, a DictConfig or an ``NcclxConfig`` into a validated ``NcclxConfig``."""
+    if value is None:
+        return NcclxConfig()
+    if isinstance(value, NcclxConfig):
+        return value
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(value, DictConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog"}
+        if unknown:
+            raise ConfigError(f"ncclx has no key(s) {sorted(unknown)}; expected backend, flight_recorder, timeouts, watchdog")
+        try:
+            return NcclxConfig(**dict(value))
+        except TypeError as err:
+            raise ConfigError(f"ncclx: {err}") from None
+    raise ConfigError(f"ncclx config must be a mapping or NcclxConfig, got {type(value).__name__}")
