@@ -1,0 +1,24 @@
+# Each target makes its own virtual environment (.venv) on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test bench clean-venv
+
+$(VENV)/.installed: pyproject.toml requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-test.txt -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) examples/demo.py
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.installed
+	$(PY) bench/run_all.py
+
+clean-venv:
+	rm -rf $(VENV)

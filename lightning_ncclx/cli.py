@@ -1,0 +1,63 @@
+"""The ``lightning-ncclx`` command: ``summarize`` a folder of dumps, ``doctor`` the set-up.
+
+Exit codes: 0 all is well (no hang found / set-up sound), 1 a finding (a hang was diagnosed /
+the set-up is broken), 2 bad input (unreadable path, wrong arguments).
+
+Examples::
+
+    lightning-ncclx summarize outputs/2026-11-30/ncclx_dumps/stall-001
+    lightning-ncclx summarize ~/.cache/torch --format json --output summary.json
+    lightning-ncclx doctor
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_FINDING = 1
+EXIT_BAD_INPUT = 2
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-ncclx",
+        description="Find the rank and collective behind a distributed-training hang.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    summarize = commands.add_parser(
+        "summarize",
+        help="diagnose a folder of flight-recorder dumps (this plugin's, torch's own, pickle or JSON)",
+    )
+    summarize.add_argument("path", type=Path, help="folder of dumps (searched recursively) or one dump file")
+    summarize.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text")
+    summarize.add_argument("--output", "-o", type=Path, default=None, help="write the report here instead of stdout")
+
+    doctor = commands.add_parser("doctor", help="report torch/Lightning/NCCL versions and the flight-recorder set-up")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) and EXIT_BAD_INPUT
+    if args.command == "summarize":
+        from lightning_ncclx.report.summarize_command import run_summarize
+
+        return run_summarize(args.path, fmt=args.format, output=args.output)
+    if args.command == "doctor":
+        from lightning_ncclx.backend.doctor import run_doctor
+
+        return run_doctor(as_json=args.json)
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse enforces choices
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Where a run's dumps go: one folder per run, the same on every rank, known before the
+process group exists (torch reads its dump-on-timeout prefix from the environment)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RUN_ID_VARIABLE = "LIGHTNING_NCCLX_RUN_ID"
+DUMPS_FOLDER_NAME = "ncclx_dumps"
+TORCH_DUMPS_SUBFOLDER = "torch"
+
+
+def hydra_output_dir() -> Path | None:
+    """The running Hydra job's output folder, or None outside Hydra (never imports Hydra)."""
+    import sys
+
+    if "hydra" not in sys.modules:
+        return None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            return Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001 - Hydra present but not running a job: not an error
+        return None
+    return None
+
+
+def run_id_from_environment(environ: os._Environ[str] | dict[str, str] | None = None) -> str | None:
+    """An id that every rank of this run sees identically, from the launcher's environment."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(RUN_ID_VARIABLE)
+    if explicit:
+        return explicit
+    elastic = env.get("TORCHELASTIC_RUN_ID")
+    if elastic and elastic != "none":
+        return f"torchrun-{elastic}"
+    slurm = env.get("SLURM_JOB_ID")
+    if slurm:
+        step = env.get("SLURM_STEP_ID")
+        return f"slurm-{slurm}" + (f".{step}" if step else "")
+    return None
+
+
+def resolve_dump_dir(configured: str | os.PathLike[str] | None, default_root_dir: str | os.PathLike[str] | None) -> Path:
+    """The run's dump folder: the configured one, else Hydra's output folder, else
+    ``<default_root_dir>/ncclx_dumps/<run id>`` (``<default_root_dir>/ncclx_dumps`` with no run id)."""
+    if configured is not None and str(configured).strip():
+        return Path(os.path.expandvars(os.path.expanduser(str(configured)))).absolute()
+    hydra_dir = hydra_output_dir()
+    if hydra_dir is not None:
+        return (hydra_dir / DUMPS_FOLDER_NAME).absolute()
+    root = Path(default_root_dir) if default_root_dir is not None else Path.cwd()
+    run_id = run_id_from_environment()
+    folder = root / DUMPS_FOLDER_NAME
+    return (folder / run_id if run_id else folder).absolute()
+
+
+def torch_dump_prefix(dump_dir: Path, file_prefix: str) -> Path:
+    """The ``TORCH_FR_DUMP_TEMP_FILE`` prefix: torch appends the rank to it."""
+    return dump_dir / TORCH_DUMPS_SUBFOLDER / file_prefix
