@@ -12,3 +12,7 @@ recorder configured and a stall watchdog that names the rank and collective behi
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from lightning_ncclx.registration import install as _install_registration
+
+_install_registration()

@@ -1,0 +1,310 @@
+"""Frozen types that flow through the analysis: load -> align -> diagnose -> :class:`Summary`.
+
+The bulk per-entry data stays in tuples inside :class:`GroupTrack` (one per rank and group);
+only what a report shows becomes a dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+SCHEMA = "lightning-ncclx/summary/1"
+
+# One collective as a rank saw it: (op, input_sizes, input_dtypes, output_sizes, output_dtypes),
+# sizes as tuples of tuples so signatures compare and hash.
+Sig = tuple
+
+
+class Verdict(str, Enum):
+    """What the dumps say, most specific first. ``str`` so it serializes as its value."""
+
+    NOT_ENTERED = "not_entered"
+    OP_MISMATCH = "op_mismatch"
+    SIZE_MISMATCH = "size_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    DUMP_MISSING = "dump_missing"
+    NO_HANG = "no_hang"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class GroupTrack:
+    """One rank's collectives in one process group, ascending by ``collective_seq_id``.
+
+    Parallel tuples (one slot per sequence id; coalesced entries sharing an id are merged).
+    """
+
+    lib: str
+    name: str
+    desc: str
+    seqs: tuple[int, ...]
+    sigs: tuple[Sig, ...]
+    done: tuple[bool, ...]
+    times_ns: tuple[int, ...]
+    callsites: tuple[str | None, ...]
+    states: tuple[str, ...]
+
+    @property
+    def newest_seq(self) -> int:
+        return self.seqs[-1] if self.seqs else 0
+
+    @property
+    def oldest_seq(self) -> int:
+        return self.seqs[0] if self.seqs else 0
+
+
+@dataclass(frozen=True)
+class OpenOp:
+    """An operation a rank had entered and not finished when it dumped (its in-flight op)."""
+
+    lib: str
+    group: str
+    desc: str
+    seq: int
+    op: str
+    is_p2p: bool
+    state: str
+    time_ns: int
+    frames: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        kind = "p2p" if self.is_p2p else "seq"
+        return f"{self.op} ({kind} {self.seq}) in group {self.group} ({self.desc})"
+
+
+@dataclass(frozen=True)
+class P2POp:
+    """A point-to-point entry: ``op`` is send or recv, ``peer`` a group rank (-1 unknown)."""
+
+    group: str
+    op: str
+    src: int
+    dst: int
+    seq: int
+    done: bool
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """Everything the analysis needs from one rank's dump of one backend."""
+
+    rank: int
+    lib: str
+    path: str
+    version: str
+    pg_config: Mapping[str, tuple[str, tuple[int, ...]]]
+    groups: Mapping[str, GroupTrack]
+    p2p: tuple[P2POp, ...]
+    open_ops: tuple[OpenOp, ...]
+    n_entries: int
+    newest_ns: int
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """The parts of ``rank_<R>.context.json`` the analysis uses (every field optional)."""
+
+    rank: int
+    path: str
+    host: str | None = None
+    world_size: int | None = None
+    pg_config: Mapping[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    phase: str | None = None
+    step: int | None = None
+    reason: str | None = None
+    event: str | None = None
+    exception: str | None = None
+    initiator_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    path: str
+    why: str
+
+
+@dataclass(frozen=True)
+class LoadedFolder:
+    """The result of the only I/O stage."""
+
+    root: str
+    traces: tuple[RankTrace, ...]
+    contexts: Mapping[int, RankContext]
+    stacks: Mapping[int, str]  # rank -> main thread's innermost user frame
+    unreadable: tuple[Unreadable, ...]
+    dump_locations: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    lib: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "desc": self.desc, "ranks": list(self.ranks), "backend": self.lib}
+
+
+@dataclass(frozen=True)
+class CulpritState:
+    """Where a culprit rank was: ``in_collective`` (which one), ``outside_collective``, ``no_dump``."""
+
+    rank: int
+    state: str
+    detail: str
+    location: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "state": self.state, "detail": self.detail, "location": self.location}
+
+
+def sig_dict(sig: Sig | None) -> dict[str, Any] | None:
+    if sig is None:
+        return None
+    op, in_sizes, in_dtypes, out_sizes, out_dtypes = sig
+    return {"op": op, "input_sizes": _lists(in_sizes), "input_dtypes": list(in_dtypes),
+            "output_sizes": _lists(out_sizes), "output_dtypes": list(out_dtypes)}
+
+
+def _lists(sizes: Any) -> Any:
+    return [_lists(s) for s in sizes] if isinstance(sizes, tuple) else sizes
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing that went wrong in one process group, at one sequence id."""
+
+    kind: Verdict
+    ranks: tuple[int, ...]
+    group: GroupRef
+    seq: int
+    op: str
+    expected: Sig | None
+    observed: Mapping[int, Sig | None]
+    waiting_ranks: tuple[int, ...]
+    culprit_states: tuple[CulpritState, ...]
+    message: str
+    confidence: str = "high"
+    time_ns: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        exp = sig_dict(self.expected) or {}
+        return {
+            "kind": self.kind.value, "ranks": list(self.ranks), "group": self.group.to_dict(),
+            "seq": self.seq, "op": self.op,
+            "sizes": exp.get("input_sizes"), "dtypes": exp.get("input_dtypes"),
+            "expected": sig_dict(self.expected),
+            "observed": {str(r): sig_dict(s) for r, s in sorted(self.observed.items())},
+            "waiting_ranks": list(self.waiting_ranks),
+            "culprit_states": [c.to_dict() for c in self.culprit_states],
+            "message": self.message, "confidence": self.confidence,
+        }
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """How late ``rank`` entered collectives of one group, relative to the earliest rank."""
+
+    lib: str
+    group: str
+    desc: str
+    rank: int
+    median_late_ms: float
+    p95_late_ms: float
+    last_fraction: float
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.lib, "group": self.group, "desc": self.desc, "rank": self.rank,
+                "median_late_ms": round(self.median_late_ms, 3), "p95_late_ms": round(self.p95_late_ms, 3),
+                "last_fraction": round(self.last_fraction, 3), "samples": self.samples}
+
+
+@dataclass(frozen=True)
+class TimelineOp:
+    group: str
+    seq: int
+    op: str
+    done: bool
+    time_ns: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "seq": self.seq, "op": self.op, "done": self.done, "time_ns": self.time_ns}
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One row of the per-rank state table."""
+
+    rank: int
+    host: str | None
+    state: str
+    detail: str
+    location: str | None
+    timeline: tuple[TimelineOp, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "host": self.host, "state": self.state, "detail": self.detail,
+                "location": self.location, "timeline": [t.to_dict() for t in self.timeline]}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The diagnosis of one folder of dumps. ``to_dict()`` is the documented JSON form
+    (``docs/summary-json.md``).
+
+    Example::
+
+        summary = analyze_folder("ncclx_dumps/stall-001")
+        if summary.verdict is not Verdict.NO_HANG:
+            print(summary.culprit_ranks, summary.findings[0].message)
+    """
+
+    source: str
+    verdict: Verdict
+    culprit_ranks: tuple[int, ...]
+    process_group: GroupRef | None
+    collective_seq_id: int | None
+    op: str | None
+    waiting_ranks: tuple[int, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    unreadable: tuple[Unreadable, ...]
+    ranks_seen: tuple[int, ...]
+    ranks_missing: tuple[int, ...]
+    hosts: Mapping[int, str]
+    dump_locations: Mapping[str, tuple[str, ...]]
+    stragglers: tuple[Straggler, ...]
+    per_rank: tuple[RankRow, ...]
+    context: Mapping[str, Any]
+    schema: str = SCHEMA
+
+    @property
+    def headline(self) -> str:
+        if self.findings:
+            return self.findings[0].message
+        return self.notes[0] if self.notes else "no hang: all ranks agree"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema, "source": self.source, "verdict": self.verdict.value,
+            "headline": self.headline,
+            "culprit_ranks": list(self.culprit_ranks),
+            "process_group": self.process_group.to_dict() if self.process_group else None,
+            "collective_seq_id": self.collective_seq_id, "op": self.op,
+            "waiting_ranks": list(self.waiting_ranks),
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+            "unreadable": [{"path": u.path, "why": u.why} for u in self.unreadable],
+            "ranks_seen": list(self.ranks_seen), "ranks_missing": list(self.ranks_missing),
+            "hosts": {str(r): h for r, h in sorted(self.hosts.items())},
+            "dump_locations": {h: list(p) for h, p in sorted(self.dump_locations.items())},
+            "stragglers": [s.to_dict() for s in self.stragglers],
+            "per_rank": [r.to_dict() for r in self.per_rank],
+            "context": dict(self.context),
+        }

@@ -1,0 +1,47 @@
+"""A restricted unpickler for flight-recorder dumps, which are untrusted input.
+
+Torch writes its dumps with plain ``pickle`` of builtin containers only (dict, list, tuple, str,
+int, float, bool, None): no ``GLOBAL`` opcode ever appears (checked against the H200 fixtures and
+torch 2.13/2.15 gloo dumps). So :class:`RestrictedUnpickler` refuses *every* global lookup: a
+pickle that names any class or function (a malicious ``__reduce__`` does) fails with
+:class:`~lightning_ncclx.errors.DumpReadError` before anything runs.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+from lightning_ncclx.errors import DumpReadError
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """``pickle.Unpickler`` that loads builtin containers and scalars only.
+
+    Example::
+
+        data = RestrictedUnpickler(io.BytesIO(raw)).load()
+    """
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - see class docstring
+        raise DumpReadError(
+            f"refused to load {module}.{name}: flight-recorder dumps contain only builtin "
+            "containers, so this pickle is not a dump (or was tampered with)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102
+        raise DumpReadError("refused a persistent id: flight-recorder dumps never use them")
+
+
+def safe_loads(raw: bytes) -> Any:
+    """Unpickle ``raw`` with :class:`RestrictedUnpickler`; any failure is a DumpReadError."""
+    try:
+        return RestrictedUnpickler(io.BytesIO(raw)).load()
+    except DumpReadError:
+        raise
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise DumpReadError(f"not a valid pickle ({exc or 'truncated'})") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, MemoryError,
+            RecursionError, UnicodeDecodeError) as exc:
+        raise DumpReadError(f"not a valid pickle ({type(exc).__name__}: {exc})") from None

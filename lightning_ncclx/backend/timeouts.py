@@ -1,0 +1,88 @@
+"""Two-phase collective timeouts: long for start-up, shorter once training runs steadily.
+
+The switch happens on all ranks together (a barrier first, as torchtitan's ``set_pg_timeouts``
+does), so no rank runs a collective under the short timeout while a peer is still compiling.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+def _set_timeout_function() -> Callable[[timedelta, Any], None]:
+    import torch.distributed as dist
+
+    setter = getattr(dist, "set_timeout", None)
+    if setter is None:  # torch < 2.15
+        setter = dist.distributed_c10d._set_pg_timeout
+    return setter
+
+
+def member_groups() -> list[Any]:
+    """Every live process group this rank belongs to (the world group first)."""
+    import torch.distributed as dist
+
+    c10d = dist.distributed_c10d
+    world = c10d._get_default_group()
+    groups = [world]
+    for group in list(c10d._world.pg_map):
+        if group is world or c10d._rank_not_in_group(group):
+            continue
+        groups.append(group)
+    return groups
+
+
+def apply_timeout_to_all_groups(timeout: timedelta, barrier: Callable[[], None]) -> list[str]:
+    """Barrier, then set ``timeout`` on every group this rank belongs to. Returns the groups
+    whose backends refused the change (logged as warnings), empty when all took it."""
+    barrier()
+    setter = _set_timeout_function()
+    refused: list[str] = []
+    for group in member_groups():
+        try:
+            setter(timeout, group)
+        except Exception as err:  # noqa: BLE001 - a backend that cannot change timeouts keeps its old one
+            name = getattr(group, "group_name", "?")
+            refused.append(name)
+            log.warning("could not shorten the timeout of process group %s: %s", name, err)
+    return refused
+
+
+def current_timeouts() -> dict[str, float]:
+    """Seconds of the default timeout of each backend of each member group: "<group>/<device>" -> s."""
+    import torch
+
+    found: dict[str, float] = {}
+    for group in member_groups():
+        for device_type in getattr(group, "_device_types", []) or []:
+            device = torch.device(device_type) if isinstance(device_type, str) else device_type
+            try:
+                backend = group._get_backend(device)
+                found[f"{group.group_name}/{device.type}"] = backend.options._timeout.total_seconds()
+            except (RuntimeError, AttributeError):
+                continue
+    return found
+
+
+class TimeoutSchedule:
+    """Counts training batches and switches to the training timeout after the warm-up."""
+
+    def __init__(self, init_timeout: timedelta, training_timeout: timedelta, warmup_steps: int) -> None:
+        self.init_timeout = init_timeout
+        self.training_timeout = training_timeout
+        self.warmup_steps = warmup_steps
+        self.batches_started = 0
+        self.switched = False
+
+    def should_switch_before_batch(self) -> bool:
+        """True exactly once: when ``warmup_steps`` batches have run (before batch ``warmup_steps``)."""
+        if self.switched or self.training_timeout >= self.init_timeout:
+            return False
+        return self.batches_started >= self.warmup_steps
+
+    def batch_started(self) -> None:
+        self.batches_started += 1

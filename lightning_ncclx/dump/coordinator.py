@@ -1,0 +1,183 @@
+"""How the ranks agree on one dump event and hand their dumps over, through the job's store.
+
+Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d store):
+
+``ev/<n>/meta``
+    JSON ``{"initiator", "reason", "name"}``. Event numbers are sequential; a rank that wants an
+    event proposes ``n = last event it saw + 1`` with ``compare_set(key, "", proposal)``: the first
+    proposal wins, and every concurrent proposer gets the winner's value back, so they all agree
+    on one event id and one initiator (who also summarizes).
+``ev/<n>/dumped``
+    Counter (``add``) of ranks that have written their dump.
+``ev/<n>/rank/<r>``
+    JSON ``{"host", "files", "folder"}`` of rank ``r``'s dump.
+``ev/<n>/blob/<r>``
+    Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``).
+``ev/<n>/done``
+    JSON ``{"exit": bool}``, set by the initiator once the summary is written.
+
+Only non-blocking calls are used (``check`` before ``get``): ``TCPStore.get`` blocks until the key
+exists. Nothing here runs per training step: the watchdog thread polls once per interval.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+STORE_PREFIX = "lightning_ncclx"
+MAX_BLOB_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    number: int
+    name: str
+    reason: str
+    initiator: int
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "reason": self.reason, "initiator": self.initiator})
+
+    @classmethod
+    def from_json(cls, number: int, raw: bytes | str) -> "EventInfo":
+        data = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        return cls(number=number, name=str(data["name"]), reason=str(data["reason"]), initiator=int(data["initiator"]))
+
+
+def event_name(reason: str, number: int, rank: int) -> str:
+    if reason == "exception":
+        return f"exception-rank{rank}-{number:03d}"
+    if reason == "on_demand":
+        return f"ondemand-{number:03d}"
+    return f"stall-{number:03d}"
+
+
+def open_job_store() -> Any:
+    """A private client of the default process group's store, under our prefix.
+
+    A clone has its own connection, so a request from the watchdog thread never queues behind the
+    main thread's store traffic. Falls back to the shared client when cloning is not supported.
+    """
+    from torch.distributed import PrefixStore
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    store = _get_default_store()
+    try:
+        store = store.clone()
+    except Exception:  # noqa: BLE001 - older torch or a store without clone()
+        log.debug("store.clone() unavailable; sharing the default store client", exc_info=True)
+    return PrefixStore(STORE_PREFIX, store)
+
+
+def pack_files(files: list[Path]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
+        for path in files:
+            tar.add(str(path), arcname=path.name, recursive=False)
+    return buffer.getvalue()
+
+
+def unpack_files(blob: bytes, folder: Path, skip: Callable[[str], bool] = lambda name: False) -> list[Path]:
+    """Extract the regular files of a packed dump into ``folder`` (plain names only)."""
+    from lightning_ncclx.dump.writer import atomic_write_bytes
+
+    written: list[Path] = []
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if not member.isfile() or name != member.name or name.startswith(".") or skip(name):
+                continue
+            handle = tar.extractfile(member)
+            if handle is not None:
+                written.append(atomic_write_bytes(folder / name, handle.read()))
+    return written
+
+
+class EventCoordinator:
+    """The store side of dump events for one rank. Thread: the watchdog's (or main on exception)."""
+
+    def __init__(self, store: Any, rank: int, world_size: int, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self.last_seen = 0
+        self._clock = clock
+        self._sleep = sleep
+
+    def _get_if_present(self, key: str) -> bytes | None:
+        if not self.store.check([key]):
+            return None
+        return self.store.get(key)
+
+    def propose(self, reason: str) -> EventInfo:
+        """Ask for an event; returns the one agreed on (ours, or a concurrent proposer's that won)."""
+        number = self.last_seen + 1
+        mine = EventInfo(number, event_name(reason, number, self.rank), reason, self.rank)
+        raw = self.store.compare_set(f"ev/{number}/meta", "", mine.to_json())
+        self.last_seen = number
+        return EventInfo.from_json(number, raw)
+
+    def poll(self) -> EventInfo | None:
+        """The next event another rank started, if any (one ``check`` round trip)."""
+        number = self.last_seen + 1
+        raw = self._get_if_present(f"ev/{number}/meta")
+        if raw is None:
+            return None
+        self.last_seen = number
+        return EventInfo.from_json(number, raw)
+
+    def announce_dumped(self, event: EventInfo, host: str, files: list[Path], folder: Path, upload: bool) -> None:
+        if upload and files:
+            try:
+                blob = pack_files(files)
+                if len(blob) > MAX_BLOB_BYTES:
+                    log.warning("[rank %d] dump of %s is %d bytes: not sent through the store", self.rank,
+                                event.name, len(blob))
+                else:
+                    self.store.set(f"ev/{event.number}/blob/{self.rank}", blob)
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] sending the dump through the store failed", self.rank, exc_info=True)
+        meta = {"host": host, "files": [p.name for p in files], "folder": str(folder)}
+        self.store.set(f"ev/{event.number}/rank/{self.rank}", json.dumps(meta))
+        self.store.add(f"ev/{event.number}/dumped", 1)
+
+    def dumped_count(self, event: EventInfo) -> int:
+        return int(self.store.add(f"ev/{event.number}/dumped", 0))
+
+    def wait_for_dumps(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.1) -> dict[int, dict]:
+        """Rank -> its announcement, once every rank announced or the deadline passed."""
+        deadline = self._clock() + timeout_seconds
+        while self.dumped_count(event) < self.world_size and self._clock() < deadline:
+            self._sleep(poll_seconds)
+        found: dict[int, dict] = {}
+        for rank in range(self.world_size):
+            raw = self._get_if_present(f"ev/{event.number}/rank/{rank}")
+            if raw is not None:
+                found[rank] = json.loads(raw)
+        return found
+
+    def fetch_blob(self, event: EventInfo, rank: int) -> bytes | None:
+        return self._get_if_present(f"ev/{event.number}/blob/{rank}")
+
+    def mark_done(self, event: EventInfo, exit_job: bool) -> None:
+        self.store.set(f"ev/{event.number}/done", json.dumps({"exit": exit_job}))
+
+    def wait_done(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.2) -> dict | None:
+        deadline = self._clock() + timeout_seconds
+        while True:
+            raw = self._get_if_present(f"ev/{event.number}/done")
+            if raw is not None:
+                return json.loads(raw)
+            if self._clock() >= deadline:
+                return None
+            self._sleep(poll_seconds)

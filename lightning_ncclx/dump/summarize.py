@@ -1,0 +1,140 @@
+"""The initiator's side of an event: wait for every rank's dump, pull the ones that are not on
+this disk through the store, run the analyzer and write ``summary.{json,txt,html}``.
+
+The analyzer (``lightning_ncclx.analysis``) and the reports (``lightning_ncclx.report``) are
+imported lazily and guarded: when they fail, the failure is logged with its traceback and the
+dumps stay where they are for ``lightning-ncclx summarize`` to read later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, unpack_files
+from lightning_ncclx.dump.writer import atomic_write_text, rank_prefix
+
+log = logging.getLogger(__name__)
+
+COLLECTION_FILE = "collection.json"
+
+
+@dataclass
+class CollectionResult:
+    event: EventInfo
+    folder: Path
+    world_size: int
+    dumped_ranks: list[int]
+    missing_ranks: list[int]
+    gathered: dict[int, str] = field(default_factory=dict)
+    """Rank -> folder its files were written to after being pulled through the store."""
+    verdict: str | None = None
+    culprit_ranks: list[int] = field(default_factory=list)
+    reports: dict[str, str] = field(default_factory=dict)
+    text: str | None = None
+
+
+def _has_local_copy(folder: Path, rank: int, files: list[str]) -> bool:
+    prefix = rank_prefix(rank)
+    names = [n for n in files if n.startswith(prefix)] or [f"{prefix}.context.json"]
+    return all((folder / n).is_file() for n in names)
+
+
+def gather_missing(coordinator: EventCoordinator, event: EventInfo, folder: Path,
+                   announced: dict[int, dict]) -> dict[int, str]:
+    """Pull the dumps that are not in ``folder`` from the store into ``folder/ranks/<host>/``."""
+    gathered: dict[int, str] = {}
+    for rank, meta in sorted(announced.items()):
+        if _has_local_copy(folder, rank, list(meta.get("files", []))):
+            continue
+        try:
+            blob = coordinator.fetch_blob(event, rank)
+            if blob is None:
+                log.warning("[rank %d] rank %d's dump of %s is neither on this disk nor in the store",
+                            coordinator.rank, rank, event.name)
+                continue
+            host = str(meta.get("host") or "unknown-host").replace("/", "_") or "unknown-host"
+            target = folder / "ranks" / host
+            unpack_files(blob, target)
+            gathered[rank] = str(target)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] pulling rank %d's dump through the store failed", coordinator.rank, rank,
+                        exc_info=True)
+    return gathered
+
+
+def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int) -> tuple[Any | None, dict[str, str], str | None]:
+    """Summary object, report paths and text; (None, {}, None) when the analyzer fails."""
+    try:
+        from lightning_ncclx.analysis import analyze_folder
+        from lightning_ncclx.report import render_text, write_reports
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] the analyzer could not be imported; dumps kept in %s", rank, folder, exc_info=True)
+        return None, {}, None
+    try:
+        summary = analyze_folder(folder, extra_roots=extra_roots)
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] analyzing %s failed; the dumps stay there", rank, folder, exc_info=True)
+        return None, {}, None
+    reports: dict[str, str] = {}
+    text: str | None = None
+    try:
+        reports = {kind: str(path) for kind, path in write_reports(summary, folder).items()}
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] writing the summary reports into %s failed", rank, folder, exc_info=True)
+    try:
+        text = render_text(summary)
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] rendering the summary failed", rank, exc_info=True)
+    return summary, reports, text
+
+
+def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folder: Path, *,
+                          collect_timeout_seconds: float, gather_through_store: bool) -> CollectionResult:
+    """Everything the initiator does after writing its own dump. Never raises."""
+    rank = coordinator.rank
+    try:
+        announced = coordinator.wait_for_dumps(event, collect_timeout_seconds)
+    except Exception:  # noqa: BLE001 - the store may be gone (rank 0 died): summarize what is here
+        log.warning("[rank %d] waiting for the other ranks' dumps failed", rank, exc_info=True)
+        announced = {rank: {"files": []}}
+    result = CollectionResult(
+        event=event, folder=folder, world_size=coordinator.world_size,
+        dumped_ranks=sorted(announced),
+        missing_ranks=[r for r in range(coordinator.world_size) if r not in announced],
+    )
+    if gather_through_store:
+        result.gathered = gather_missing(coordinator, event, folder, announced)
+    if result.missing_ranks:
+        log.warning("[rank %d] %s: no dump from rank(s) %s within %.0f s", rank, event.name,
+                    result.missing_ranks, collect_timeout_seconds)
+    _write_collection(result)
+    extra_roots = tuple(sorted({Path(p) for p in result.gathered.values()}))
+    summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank)
+    if summary is not None:
+        result.verdict = str(getattr(summary, "verdict", None))
+        result.culprit_ranks = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
+        _write_collection(result)
+    return result
+
+
+def _write_collection(result: CollectionResult) -> None:
+    data = {
+        "schema": "lightning-ncclx/collection/1",
+        "event": result.event.name,
+        "reason": result.event.reason,
+        "initiator_rank": result.event.initiator,
+        "world_size": result.world_size,
+        "dumped_ranks": result.dumped_ranks,
+        "missing_ranks": result.missing_ranks,
+        "gathered": {str(k): v for k, v in result.gathered.items()},
+        "verdict": result.verdict,
+        "culprit_ranks": result.culprit_ranks,
+    }
+    try:
+        atomic_write_text(result.folder / COLLECTION_FILE, json.dumps(data, indent=2))
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] writing %s failed", result.event.initiator, COLLECTION_FILE, exc_info=True)

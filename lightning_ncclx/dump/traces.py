@@ -1,0 +1,135 @@
+"""Snapshot torch's flight recorder of every backend this rank uses.
+
+Safe to call from the watchdog thread while the main thread is blocked inside a collective: a
+blocked ``work.wait()`` releases the GIL and the recorder has its own lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Backend implementation name -> the name the recorder's ring buffer is kept under.
+_FR_BUFFER_NAMES = {
+    "gloo": "gloo",
+    "nccl2": "nccl2",
+    "nccl-lazy": "nccl-lazy",
+    "xccl": "xccl",
+}
+_LEGACY_NCCL_NAMES = ("nccl", "nccl-legacy")
+
+
+@dataclass(frozen=True)
+class BackendInUse:
+    """One backend implementation serving a device of at least one process group."""
+
+    device: str
+    """``cpu`` or ``cuda``."""
+    name: str
+    """The implementation's own ``name()``: ``gloo``, ``nccl2``, ``NCCL`` (legacy) ..."""
+
+    @property
+    def file_tag(self) -> str:
+        """The ``<backend>`` part of ``rank_<R>.<backend>.fr.pkl``."""
+        lowered = self.name.lower()
+        return "nccl" if lowered in _LEGACY_NCCL_NAMES else lowered
+
+
+def _process_groups() -> list[Any]:
+    from torch.distributed import distributed_c10d as c10d
+
+    if not c10d.is_initialized():
+        return []
+    return [pg for pg in list(c10d._world.pg_map) if hasattr(pg, "_get_backend")]
+
+
+def backends_in_use() -> list[BackendInUse]:
+    """Every (device, backend implementation) pair across this rank's process groups."""
+    import torch
+
+    found: dict[str, BackendInUse] = {}
+    for pg in _process_groups():
+        try:
+            devices = list(pg._device_types)
+        except Exception:  # noqa: BLE001 - older torch: try the usual devices
+            devices = [torch.device("cpu"), torch.device("cuda")]
+        for device in devices:
+            try:
+                backend = pg._get_backend(torch.device(device))
+                name = str(backend.name())
+            except Exception:  # noqa: BLE001 - the group has no backend for this device
+                continue
+            item = BackendInUse(device=torch.device(device).type, name=name)
+            found.setdefault(item.file_tag, item)
+    return list(found.values())
+
+
+def device_backends() -> dict[str, str]:
+    """``{"cpu": "gloo", "cuda": "nccl2"}`` for the default group (context.json ``backends``)."""
+    out: dict[str, str] = {}
+    for item in backends_in_use():
+        out.setdefault(item.device, item.file_tag)
+    return out
+
+
+def real_pg_config() -> dict[str, dict[str, Any]]:
+    """``{pg_name: {"name", "desc", "ranks"}}`` rebuilt from ``_world`` (ranks as a list)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    if not c10d.is_initialized():
+        return {}
+    world = c10d._world
+    config: dict[str, dict[str, Any]] = {}
+    for pg, ranks in list(world.pg_group_ranks.items()):
+        if not hasattr(pg, "_get_backend"):
+            continue  # a non-member placeholder
+        name = str(world.pg_names.get(pg, ""))
+        try:
+            desc = str(pg.group_desc)
+        except Exception:  # noqa: BLE001
+            desc = "undefined"
+        config[name] = {"name": name, "desc": desc, "ranks": sorted(int(r) for r in ranks)}
+    return config
+
+
+def _raw_dump(item: BackendInUse, stack_traces: bool) -> bytes:
+    from torch._C import _distributed_c10d as c
+
+    if item.file_tag == "nccl":
+        return c._dump_nccl_trace(True, stack_traces, False)
+    buffer = _FR_BUFFER_NAMES.get(item.file_tag, item.file_tag)
+    return c._dump_fr_trace(True, stack_traces, False, backend=buffer)
+
+
+def fix_pg_config(trace: dict[str, Any], pg_config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Replace gloo's broken ``pg_config`` (a single ``""`` key) with the real one; keep the
+    original under ``pg_config_raw``. Ranks are written as a string, as torch writes them."""
+    trace = dict(trace)
+    trace["pg_config_raw"] = trace.get("pg_config")
+    trace["pg_config"] = {
+        name: {"name": entry["name"], "desc": entry["desc"], "ranks": str(list(entry["ranks"]))}
+        for name, entry in pg_config.items()
+    }
+    return trace
+
+
+def dump_traces(stack_traces: bool = True) -> dict[str, bytes]:
+    """``{file_tag: pickle bytes}`` for every backend in use; a backend that fails is logged and
+    skipped (a partial dump beats none)."""
+    out: dict[str, bytes] = {}
+    pg_config: dict[str, dict[str, Any]] | None = None
+    for item in backends_in_use():
+        try:
+            raw = _raw_dump(item, stack_traces)
+            if item.file_tag == "gloo":
+                if pg_config is None:
+                    pg_config = real_pg_config()
+                raw = pickle.dumps(fix_pg_config(pickle.loads(raw), pg_config))
+            out[item.file_tag] = raw
+        except Exception:  # noqa: BLE001 - never let a dump failure reach training
+            log.warning("flight-recorder dump of backend %s failed", item.name, exc_info=True)
+    return out

@@ -1,0 +1,195 @@
+"""``StallWatchdog``: the Lightning callback that feeds the per-rank watchdog with heartbeats.
+
+Example::
+
+    from lightning.pytorch import Trainer
+    from lightning_ncclx.config import WatchdogConfig
+    from lightning_ncclx.watchdog import StallWatchdog
+
+    trainer = Trainer(strategy="ddp", callbacks=[StallWatchdog(WatchdogConfig(train_step_seconds=120.0))])
+
+The hooks only write a timestamp (no collective, no store round trip per step). The thread,
+the store client and the signal handler are created in ``setup``, so the callback pickles for
+``ddp_spawn``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig
+from lightning_ncclx.dump.location import resolve_dump_dir
+from lightning_ncclx.watchdog.heartbeat import Phase
+from lightning_ncclx.watchdog.runtime import WatchdogRuntime
+
+log = logging.getLogger(__name__)
+
+
+def _global_step(trainer: Any) -> int | None:
+    try:
+        return int(trainer.global_step)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class StallWatchdog(Callback):
+    """Notices a stalled step on any rank, dumps every rank and writes one summary.
+
+    Args:
+        config: thresholds, poll interval, on_stall action (default ``WatchdogConfig()``).
+        dump_dir: the run's dump folder; default ``resolve_dump_dir(flight_recorder.dump_dir,
+            trainer.default_root_dir)``, resolved in ``setup``.
+        flight_recorder: read for ``dump_dir`` and ``stack_traces``.
+    """
+
+    def __init__(self, config: WatchdogConfig | None = None, *, dump_dir: str | os.PathLike[str] | None = None,
+                 flight_recorder: FlightRecorderConfig | None = None) -> None:
+        self.config = config if config is not None else WatchdogConfig()
+        self.dump_dir = Path(dump_dir) if dump_dir is not None else None
+        self.flight_recorder = flight_recorder if flight_recorder is not None else FlightRecorderConfig()
+        self._runtime: WatchdogRuntime | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_runtime"] = None  # threads, locks and store clients never cross a pickle
+        return state
+
+    @property
+    def runtime(self) -> WatchdogRuntime | None:
+        """The running watchdog of this process (None outside fit/validate or when disabled)."""
+        return self._runtime
+
+    def resolved_dump_dir(self, trainer: Any) -> Path:
+        if self.dump_dir is not None:
+            return self.dump_dir.absolute()
+        return resolve_dump_dir(self.flight_recorder.dump_dir, getattr(trainer, "default_root_dir", None))
+
+    # ------------------------------------------------------------------------------ life cycle
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if not self.config.enabled or self._runtime is not None:
+            return
+        try:
+            runtime = WatchdogRuntime(self.config, self.resolved_dump_dir(trainer),
+                                      stack_traces=self.flight_recorder.stack_traces)
+            runtime.start()
+            self._runtime = runtime
+        except Exception:  # noqa: BLE001 - a watchdog that cannot start must not stop training
+            log.warning("the stall watchdog could not start; training continues without it", exc_info=True)
+
+    def _stop(self) -> None:
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            try:
+                runtime.stop()
+            except Exception:  # noqa: BLE001
+                log.warning("stopping the stall watchdog failed", exc_info=True)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._stop()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.heartbeat.beat(Phase.idle)
+            runtime.on_exception(exception)
+        self._stop()
+
+    # ------------------------------------------------------------------------------ heartbeats
+    def _beat(self, phase: Phase, trainer: Any) -> None:
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.heartbeat.beat(phase, _global_step(trainer))
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._runtime is not None:
+            self._runtime.heartbeat.sanity_check(True)
+
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._runtime is not None:
+            self._runtime.heartbeat.sanity_check(False)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self._runtime is not None:
+            self._runtime.heartbeat.train_batch_start(_global_step(trainer))
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.heartbeat.train_batch_end(_global_step(trainer))
+            if runtime.pending_log_events:
+                self._record_events(trainer, runtime)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.idle, trainer)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.idle, trainer)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        runtime = self._runtime
+        if runtime is None or getattr(trainer, "sanity_checking", False):
+            return
+        training = bool(getattr(trainer, "training", False)) or getattr(trainer.state, "fn", None) == "fit"
+        self._beat(Phase.train_step if training and runtime.heartbeat.batches > 0 else Phase.idle, trainer)
+
+    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.idle, trainer)
+
+    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        self._beat(Phase.validation, trainer)
+
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.idle, trainer)
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        # No "after save" hook exists: the checkpoint phase lasts until the next heartbeat.
+        self._beat(Phase.checkpoint, trainer)
+
+    # ------------------------------------------------------------------------------ helpers
+    def _batches(self) -> int:
+        return self._runtime.heartbeat.batches if self._runtime is not None else 0
+
+    @staticmethod
+    def _record_events(trainer: Any, runtime: WatchdogRuntime) -> None:
+        """Main thread only: tell the Trainer's loggers how many dump events happened."""
+        runtime.pending_log_events.clear()
+        try:
+            for logger in getattr(trainer, "loggers", []) or []:
+                logger.log_metrics({"ncclx/dump_events": float(len(runtime.results))}, step=trainer.global_step)
+        except Exception:  # noqa: BLE001
+            log.debug("recording the dump event in the logger failed", exc_info=True)

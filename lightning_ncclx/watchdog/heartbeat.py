@@ -1,0 +1,164 @@
+"""Heartbeats and stall thresholds: pure logic on an injectable clock, no threads, no torch.
+
+The main thread writes a heartbeat at every batch boundary (one tuple assignment: atomic in
+CPython, no lock on the training path); the watchdog thread reads it and asks whether the time
+since the last heartbeat has passed the threshold of the phase the rank is in.
+
+Example::
+
+    hb = Heartbeat(WatchdogConfig(train_step_seconds=60.0), clock=fake_clock)
+    hb.train_batch_start(global_step=0)
+    stall = hb.check()          # None, or a Stall once 60 s pass without a heartbeat
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from lightning_ncclx.config import WatchdogConfig
+
+
+class Phase(str, Enum):
+    """What the rank was doing at its last heartbeat; each phase has its own threshold."""
+
+    setup = "setup"
+    """Between ``setup`` and the first training batch (DDP wrapping, sanity check, loaders)."""
+    first_step = "first_step"
+    """The first training batch of this process (compilation, lazy communicator set-up)."""
+    train_step = "train_step"
+    validation = "validation"
+    checkpoint = "checkpoint"
+    idle = "idle"
+    """Between epochs, after fit, before teardown: never a stall."""
+
+
+@dataclass(frozen=True)
+class Beat:
+    phase: Phase
+    time: float
+    step: int
+    """Training batches completed in this process (counts batches, not optimizer steps)."""
+    global_step: int | None
+    seq: int
+
+
+@dataclass(frozen=True)
+class Stall:
+    phase: Phase
+    step: int
+    global_step: int | None
+    seconds_since_heartbeat: float
+    threshold_seconds: float
+    seq: int
+
+
+class Heartbeat:
+    """The last heartbeat of one rank plus the step-time history behind the ``auto`` threshold."""
+
+    def __init__(self, config: WatchdogConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._clock = clock
+        self._seq = 0
+        self._batches = 0
+        self._in_sanity_check = False
+        self._step_times: deque[float] = deque(maxlen=max(1, config.auto.window))
+        self._steps_observed = 0
+        self._batch_start_time: float | None = None
+        self._last_batch_end_time: float | None = None
+        self._reported_seq = -1
+        self._beat = Beat(Phase.setup, clock(), 0, None, 0)
+
+    # ------------------------------------------------------------------ written by the main thread
+    def beat(self, phase: Phase, global_step: int | None = None) -> None:
+        self._seq += 1
+        if phase is not Phase.train_step:
+            self._last_batch_end_time = None  # a step time must not include validation or saving
+        self._beat = Beat(phase, self._clock(), self._batches, global_step, self._seq)
+
+    def train_batch_start(self, global_step: int | None = None) -> None:
+        phase = Phase.first_step if self._batches == 0 else Phase.train_step
+        now = self._clock()
+        self._batch_start_time = now
+        self._seq += 1
+        self._beat = Beat(phase, now, self._batches, global_step, self._seq)
+
+    def train_batch_end(self, global_step: int | None = None) -> None:
+        now = self._clock()
+        if self._batches > 0:  # the first batch (compilation) says nothing about later steps
+            start = self._last_batch_end_time if self._last_batch_end_time is not None else self._batch_start_time
+            if start is not None:
+                self._step_times.append(max(0.0, now - start))
+                self._steps_observed += 1
+        self._batches += 1
+        self._last_batch_end_time = now
+        self._batch_start_time = None
+        self._seq += 1
+        self._beat = Beat(Phase.train_step, now, self._batches, global_step, self._seq)
+
+    def sanity_check(self, running: bool) -> None:
+        self._in_sanity_check = running
+        self.beat(Phase.validation if running else Phase.setup)
+
+    # ------------------------------------------------------------------ read by the watchdog thread
+    @property
+    def last(self) -> Beat:
+        return self._beat
+
+    @property
+    def batches(self) -> int:
+        return self._batches
+
+    def auto_threshold(self) -> float | None:
+        """The learned training-step threshold, or None before the warm-up is over."""
+        auto = self.config.auto
+        if not auto.enabled or self._steps_observed < max(1, auto.warmup_steps) or not self._step_times:
+            return None
+        learned = auto.multiplier * max(self._step_times)
+        return min(self.config.train_step_seconds, max(auto.floor_seconds, learned))
+
+    def threshold(self, phase: Phase) -> float:
+        cfg = self.config
+        warming_up = self._batches == 0
+        if phase is Phase.idle:
+            return math.inf
+        if phase in (Phase.setup, Phase.first_step):
+            return cfg.first_step_seconds
+        if phase is Phase.validation:
+            return max(cfg.validation_seconds, cfg.first_step_seconds) if warming_up else cfg.validation_seconds
+        if phase is Phase.checkpoint:
+            return cfg.checkpoint_seconds
+        learned = self.auto_threshold()
+        return cfg.train_step_seconds if learned is None else learned
+
+    def progress(self) -> dict:
+        """The fields of context.json the watchdog knows about."""
+        beat = self._beat
+        threshold = self.threshold(beat.phase)
+        return {
+            "phase": beat.phase.value,
+            "step": beat.step,
+            "global_step": beat.global_step,
+            "seconds_since_heartbeat": round(max(0.0, self._clock() - beat.time), 3),
+            "stall_threshold_seconds": threshold if math.isfinite(threshold) else None,
+        }
+
+    def check(self) -> Stall | None:
+        """A stall when the last heartbeat is older than its phase's threshold and has not been
+        reported yet (one report per heartbeat: a rank stuck for an hour alarms once)."""
+        beat = self._beat
+        if beat.seq == self._reported_seq:
+            return None
+        threshold = self.threshold(beat.phase)
+        elapsed = self._clock() - beat.time
+        if elapsed <= threshold:
+            return None
+        return Stall(beat.phase, beat.step, beat.global_step, elapsed, threshold, beat.seq)
+
+    def mark_reported(self, seq: int | None = None) -> None:
+        """No further alarm until the next heartbeat."""
+        self._reported_seq = self._beat.seq if seq is None else seq
