@@ -47,31 +47,39 @@ def _process_groups() -> list[Any]:
     return [pg for pg in list(c10d._world.pg_map) if hasattr(pg, "_get_backend")]
 
 
-def backends_in_use() -> list[BackendInUse]:
-    """Every (device, backend implementation) pair across this rank's process groups."""
+def _device_backend_pairs() -> list[BackendInUse]:
     import torch
 
-    found: dict[str, BackendInUse] = {}
+    cuda = torch.cuda.is_available()
+    pairs: list[BackendInUse] = []
     for pg in _process_groups():
         try:
-            devices = list(pg._device_types)
+            devices = [torch.device(d) for d in pg._device_types]
         except Exception:  # noqa: BLE001 - older torch: try the usual devices
             devices = [torch.device("cpu"), torch.device("cuda")]
         for device in devices:
+            if device.type == "cuda" and not cuda:
+                continue  # gloo registers itself for cuda on CUDA builds even without a GPU
             try:
-                backend = pg._get_backend(torch.device(device))
-                name = str(backend.name())
+                name = str(pg._get_backend(device).name())
             except Exception:  # noqa: BLE001 - the group has no backend for this device
                 continue
-            item = BackendInUse(device=torch.device(device).type, name=name)
-            found.setdefault(item.file_tag, item)
+            pairs.append(BackendInUse(device=device.type, name=name))
+    return pairs
+
+
+def backends_in_use() -> list[BackendInUse]:
+    """Every backend implementation across this rank's process groups, one per recorder."""
+    found: dict[str, BackendInUse] = {}
+    for item in _device_backend_pairs():
+        found.setdefault(item.file_tag, item)
     return list(found.values())
 
 
 def device_backends() -> dict[str, str]:
-    """``{"cpu": "gloo", "cuda": "nccl2"}`` for the default group (context.json ``backends``)."""
+    """``{"cpu": "gloo", "cuda": "nccl2"}`` (context.json ``backends``)."""
     out: dict[str, str] = {}
-    for item in backends_in_use():
+    for item in _device_backend_pairs():
         out.setdefault(item.device, item.file_tag)
     return out
 

@@ -1,0 +1,161 @@
+"""A tiny multi-rank Lightning job with an injectable fault, run by the watchdog tests.
+
+Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
+
+    python train_job.py --fault stuck_train --fault-rank 1 --at-batch 2 --dump-dir /tmp/d
+
+Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
+(skips an all_reduce on a sub-group), ``other_collective`` (all_gather where the others
+all_reduce), ``stuck_train`` (sleeps in training_step), ``stuck_loader`` (sleeps in the dataset),
+``raise`` (RuntimeError in training_step), ``healthy_slow`` (slow first step, slow steps, a long
+validation batch and a slow checkpoint: no alarm expected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset, DataLoader
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_ncclx.config import StallAction, WatchdogConfig, AutoThresholdConfig
+
+FOREVER = 3600.0
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--fault", default="none")
+    p.add_argument("--fault-rank", type=int, default=1)
+    p.add_argument("--at-batch", type=int, default=2)
+    p.add_argument("--dump-dir", required=True)
+    p.add_argument("--root-dir", default=None)
+    p.add_argument("--devices", type=int, default=3)
+    p.add_argument("--batches", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--strategy", default="ddp")
+    p.add_argument("--train-step-seconds", type=float, default=3.0)
+    p.add_argument("--slow-rank-threshold", type=float, default=None,
+                   help="train_step_seconds of every rank except --noticer-rank (makes it notice first)")
+    p.add_argument("--noticer-rank", type=int, default=None)
+    p.add_argument("--on-stall", default="dump_and_exit")
+    p.add_argument("--node-local", action="store_true", help="a separate dump folder per rank")
+    p.add_argument("--no-gather", action="store_true")
+    return p.parse_args()
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("LOCAL_RANK", "0"))
+
+
+class Data(Dataset):
+    def __init__(self, args: argparse.Namespace, n: int) -> None:
+        self.args, self.n, self.calls = args, n, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        a = self.args
+        # batch_size 1, no workers: the n-th item fetched is the n-th training batch of this rank
+        self.calls += 1
+        if a.fault == "stuck_loader" and rank() == a.fault_rank and self.calls - 1 == a.at_batch:
+            time.sleep(FOREVER)
+        return torch.randn(4)
+
+
+class Model(LightningModule):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__()
+        self.args = args
+        self.layer = torch.nn.Linear(4, 1)
+        self.sub = None
+
+    def setup(self, stage: str) -> None:
+        if dist.is_initialized():
+            self.sub = dist.new_group(backend="gloo")  # faults hit this group: a clean hang under gloo
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        a, r = self.args, rank()
+        faulty = r == a.fault_rank and batch_idx == a.at_batch
+        if a.fault == "healthy_slow":
+            time.sleep(4.0 if batch_idx == 0 else 0.4 * (batch_idx % 3))
+        if faulty and a.fault == "stuck_train":
+            time.sleep(FOREVER)
+        if faulty and a.fault == "raise":
+            raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
+        t = torch.ones(3)
+        if self.sub is not None:
+            if faulty and a.fault == "skip_collective":
+                pass
+            elif faulty and a.fault == "other_collective":
+                out = [torch.zeros(3) for _ in range(dist.get_world_size(self.sub))]
+                dist.all_gather(out, t, group=self.sub)
+            else:
+                dist.all_reduce(t, group=self.sub)
+        return self.layer(batch).sum()
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        if self.args.fault == "healthy_slow" and batch_idx == 0 and not self.trainer.sanity_checking:
+            time.sleep(5.0)  # longer than train_step_seconds, shorter than validation_seconds
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.args.fault == "healthy_slow":
+            time.sleep(4.5)  # longer than train_step_seconds, shorter than checkpoint_seconds
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def main() -> int:
+    args = parse()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    step = args.train_step_seconds
+    if args.noticer_rank is not None and local != args.noticer_rank:
+        step = args.slow_rank_threshold or 30.0
+    cfg = WatchdogConfig(
+        poll_interval_seconds=0.2, first_step_seconds=max(10.0, step), train_step_seconds=step,
+        validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
+        on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
+        auto=AutoThresholdConfig(enabled=True, multiplier=2.0, floor_seconds=min(2.0, step), warmup_steps=2),
+    )
+    dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
+    callbacks = []
+    if args.strategy == "ddp_ncclx":
+        import lightning_ncclx  # noqa: F401 - registers the strategy names
+        from lightning_ncclx.config import FlightRecorderConfig, NcclxConfig, TimeoutConfig
+        from lightning_ncclx.strategies import DDPNcclxStrategy
+
+        strategy = DDPNcclxStrategy(ncclx=NcclxConfig(
+            backend="gloo", watchdog=cfg, flight_recorder=FlightRecorderConfig(dump_dir=dump_dir),
+            timeouts=TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0)))
+    else:
+        from lightning_ncclx.watchdog import StallWatchdog
+
+        strategy = args.strategy
+        callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))
+    if args.fault == "healthy_slow":
+        callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
+    trainer = Trainer(
+        accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs,
+        limit_train_batches=args.batches, limit_val_batches=2, num_sanity_val_steps=1,
+        callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=args.fault == "healthy_slow", default_root_dir=args.root_dir or args.dump_dir,
+    )
+    loader = DataLoader(Data(args, 64), batch_size=1, shuffle=False)
+    val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)
+    trainer.fit(Model(args), loader, val)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
