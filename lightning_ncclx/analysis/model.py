@@ -191,6 +191,7 @@ class Finding:
     message: str
     confidence: str = "high"
     time_ns: int = 0
+    evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         exp = sig_dict(self.expected) or {}
@@ -202,7 +203,7 @@ class Finding:
             "observed": {str(r): sig_dict(s) for r, s in sorted(self.observed.items())},
             "waiting_ranks": list(self.waiting_ranks),
             "culprit_states": [c.to_dict() for c in self.culprit_states],
-            "message": self.message, "confidence": self.confidence,
+            "message": self.message, "confidence": self.confidence, "evidence": list(self.evidence),
         }
 
 

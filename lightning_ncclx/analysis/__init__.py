@@ -1,0 +1,31 @@
+"""Diagnose a distributed hang from flight-recorder dumps: load (the only I/O) -> align by
+collective sequence id -> diagnose -> :class:`Summary`. Imports neither torch nor Lightning.
+
+Example::
+
+    from lightning_ncclx.analysis import analyze_folder, Verdict
+    summary = analyze_folder("ncclx_dumps/stall-001")
+    print(summary.verdict, summary.culprit_ranks, summary.headline)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from lightning_ncclx.analysis.diagnose import analyze
+from lightning_ncclx.analysis.load import load_folder
+from lightning_ncclx.analysis.model import (SCHEMA, CulpritState, Finding, GroupRef, RankRow, Straggler, Summary,
+                                            Unreadable, Verdict)
+
+__all__ = ["SCHEMA", "CulpritState", "Finding", "GroupRef", "RankRow", "Straggler", "Summary", "Unreadable",
+           "Verdict", "analyze", "analyze_folder", "load_folder"]
+
+
+def analyze_folder(path: str | os.PathLike, *, extra_roots: Sequence[str | os.PathLike] = (),
+                   workers: int | None = None) -> Summary:
+    """Read every dump under ``path`` (and ``extra_roots``, e.g. torch's own dump folder) and
+    diagnose. Raises :class:`~lightning_ncclx.errors.DumpReadError` when ``path`` does not exist;
+    unreadable files are listed in ``Summary.unreadable``. ``workers``: processes for loading
+    (default: all cores when it is safe to fork, else 1)."""
+    return analyze(load_folder(path, extra_roots, workers=workers))

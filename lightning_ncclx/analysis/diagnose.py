@@ -1,0 +1,169 @@
+"""From loaded dumps to a :class:`Summary`: per group divergence -> findings -> verdict. Pure."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
+from lightning_ncclx.analysis.groups import resolve_groups, world_size
+from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, LoadedFolder, RankTrace,
+                                            Sig, Summary, Verdict)
+from lightning_ncclx.analysis.p2p import p2p_findings
+from lightning_ncclx.analysis.ranks import culprit_state, rank_rows
+from lightning_ncclx.analysis.skew import group_stragglers
+
+
+def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd: tuple[int, ...]) -> Verdict:
+    """op_mismatch / size_mismatch / dtype_mismatch / not_entered from the odd ranks' signatures."""
+    reference = majority or next((s for r, s in sigs.items() if r not in odd and s is not None), None)
+    others = [sigs[r] for r in odd] if majority is not None else list(sigs.values())
+    kinds = []
+    for s in others:
+        if s is None or reference is None:
+            kinds.append(Verdict.NOT_ENTERED)
+        elif s[0] != reference[0]:
+            kinds.append(Verdict.OP_MISMATCH)
+        elif s[1] != reference[1] or s[3] != reference[3]:
+            kinds.append(Verdict.SIZE_MISMATCH)
+        elif s[2] != reference[2] or s[4] != reference[4]:
+            kinds.append(Verdict.DTYPE_MISMATCH)
+    for kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH):
+        if kind in kinds:
+            return kind
+    return Verdict.NOT_ENTERED
+
+
+def _short(sig: Sig | None) -> str:
+    if sig is None:
+        return "nothing"
+    op, in_sizes, in_dtypes = sig[0], sig[1], sig[2]
+    sizes = ",".join("x".join(map(str, s)) if isinstance(s, tuple) else str(s) for s in in_sizes)
+    return f"{op}[{sizes or '-'}]{'/' + ','.join(in_dtypes) if in_dtypes else ''}"
+
+
+def _ranks(r: tuple[int, ...]) -> str:
+    return ", ".join(map(str, r)) if len(r) <= 12 else f"{', '.join(map(str, r[:10]))}, ... ({len(r)} ranks)"
+
+
+def _group_label(g: GroupRef) -> str:
+    return f"group {g.name} ({g.desc or 'no desc'}, {g.lib})"
+
+
+def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTrack],
+                 states: Mapping[int, CulpritState]) -> Finding:
+    op = (div.majority or next((s for s in div.sigs.values() if s), ("?",)))[0]
+    if div.kind == "mismatch":
+        kind = classify_mismatch(div.majority, div.sigs, div.culprits)
+        if div.majority is None:
+            detail = "; ".join(f"rank {r}: {_short(div.sigs[r])}" for r in div.culprits)
+            msg = (f"{kind.value}: ranks of {_group_label(group)} disagree at seq {div.seq} with no majority "
+                   f"({detail}); cannot tell which rank is wrong")
+        else:
+            called = {_short(div.sigs[r]) for r in div.culprits}
+            theirs = called.pop() if len(called) == 1 else "; ".join(
+                f"rank {r}: {_short(div.sigs[r])}" for r in div.culprits)
+            msg = (f"{kind.value}: rank(s) {_ranks(div.culprits)} called {theirs} at seq {div.seq} of "
+                   f"{_group_label(group)} where the others called {_short(div.majority)}")
+    else:
+        kind = Verdict.NOT_ENTERED
+        msg = (f"not_entered: rank(s) {_ranks(div.culprits)} never entered {op} (seq {div.seq}) of "
+               f"{_group_label(group)}; rank(s) {_ranks(div.waiting)} are waiting in it")
+    evidence = []
+    cs = callsite_divergence(tracks) if div.kind in ("mismatch", "behind") else None
+    if cs is not None:
+        seq, sites = cs
+        evidence.append(f"call sites first differ at seq {seq}: " + "; ".join(
+            f"rank {r}: {s or '?'}" for r, s in sorted(sites.items())))
+    culprit_states = tuple(states[r] for r in div.culprits if r in states)
+    observed = {r: div.sigs.get(r) for r in div.culprits}
+    return Finding(kind, div.culprits, group, div.seq, op, div.majority, observed, div.waiting, culprit_states,
+                   msg, div.confidence, div.time_ns, tuple(evidence))
+
+
+def _priority(f: Finding) -> tuple:
+    """Likely root cause first: a mismatch; then a rank that is outside every collective (or left
+    no dump); then missing dumps; then ranks stuck in another collective (a consequence)."""
+    if f.kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH):
+        rank = 0
+    elif f.kind is Verdict.DUMP_MISSING:
+        rank = 2
+    elif f.culprit_states and all(c.state == "in_collective" for c in f.culprit_states):
+        rank = 3
+    else:
+        rank = 1
+    return (rank, f.confidence != "high", f.time_ns or float("inf"), f.group.name)
+
+
+def analyze(loaded: LoadedFolder) -> Summary:
+    """Diagnose ``loaded`` (see :func:`lightning_ncclx.analysis.analyze_folder`)."""
+    traces, contexts = loaded.traces, loaded.contexts
+    groups = resolve_groups(traces, contexts)
+    by_lib: dict[str, dict[int, RankTrace]] = {}
+    for t in traces:
+        by_lib.setdefault(t.lib, {})[t.rank] = t
+    seen = tuple(sorted({t.rank for t in traces}))
+    world = world_size(traces, contexts)
+    states = {r: culprit_state(r, by_lib, loaded.stacks) for r in range(max(world, 1))}
+    findings: list[Finding] = []
+    notes: list[str] = []
+    stragglers = []
+    for (lib, name), group in groups.items():
+        dumped = by_lib.get(lib, {})
+        tracks = {r: dumped[r].groups.get(name, _EMPTY) for r in group.ranks if r in dumped}
+        missing = tuple(r for r in group.ranks if r not in dumped)
+        div = diverge(tracks)
+        stragglers.extend(group_stragglers(group, tracks))
+        if div.kind in ("mismatch", "behind"):
+            findings.append(finding_from(group, div, tracks, states))
+        if missing and (div.kind != "healthy"):
+            findings.append(_missing_finding(group, div, missing, states))
+        elif div.kind == "in_flight":
+            notes.append(f"all {len(tracks)} dumped rank(s) of {_group_label(group)} entered "
+                         f"{div.majority[0] if div.majority else '?'} (seq {div.seq}) and it has not finished: "
+                         "no rank is missing from it; if this is a hang, look below the collective "
+                         "(GPU kernel, network)")
+    findings.extend(p2p_findings(by_lib, groups, states))
+    findings.sort(key=_priority)
+    missing_ranks = tuple(r for r in range(world) if r not in seen)
+    if not traces:
+        notes.insert(0, "no readable flight-recorder dump found")
+    head = findings[0] if findings else None
+    return Summary(
+        source=loaded.root, verdict=head.kind if head else Verdict.NO_HANG,
+        culprit_ranks=head.ranks if head else (), process_group=head.group if head else None,
+        collective_seq_id=head.seq if head else None, op=head.op if head else None,
+        waiting_ranks=head.waiting_ranks if head else (), findings=tuple(findings), notes=tuple(notes),
+        unreadable=loaded.unreadable, ranks_seen=seen, ranks_missing=missing_ranks,
+        hosts={r: c.host for r, c in contexts.items() if c.host}, dump_locations=loaded.dump_locations,
+        stragglers=tuple(sorted(stragglers, key=lambda s: -s.median_late_ms)[:10]),
+        per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts),
+        context=_context_extras(loaded, world),
+    )
+
+
+_EMPTY = GroupTrack("", "", "", (), (), (), (), (), ())
+
+
+def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
+                     states: Mapping[int, CulpritState]) -> Finding:
+    op = div.majority[0] if div.majority else "?"
+    msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump; the dumped ranks "
+           f"are in {op} (seq {div.seq}): a rank that never entered a collective may never dump (nccl2)")
+    waiting = tuple(r for r in group.ranks if r not in missing)
+    return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},
+                   waiting, tuple(states[r] for r in missing if r in states), msg, "medium", div.time_ns)
+
+
+def _context_extras(loaded: LoadedFolder, world: int) -> dict:
+    out: dict = {"world_size": world}
+    ctx = next(iter(loaded.contexts.values()), None)
+    if ctx is not None:
+        out.update({"event": ctx.event, "reason": ctx.reason, "initiator_rank": ctx.initiator_rank})
+        out["phase_by_rank"] = {str(r): c.phase for r, c in sorted(loaded.contexts.items()) if c.phase}
+        out["step_by_rank"] = {str(r): c.step for r, c in sorted(loaded.contexts.items()) if c.step is not None}
+        exc = {str(r): c.exception for r, c in sorted(loaded.contexts.items()) if c.exception}
+        if exc:
+            out["exceptions"] = exc
+    out["backends"] = sorted({t.lib for t in loaded.traces})
+    out["versions"] = sorted({t.version for t in loaded.traces})
+    return out

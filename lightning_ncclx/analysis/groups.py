@@ -1,0 +1,59 @@
+"""Which global ranks belong to each process group.
+
+Order of trust: the dumps' own ``pg_config`` (ours is repaired for gloo), then our
+``context.json`` ``pg_config``, then inference from which ranks' dumps mention the group (gloo's
+raw ``pg_config`` is a single ``""`` key and useless). The default group spans the world size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Mapping
+
+from lightning_ncclx.analysis.model import GroupRef, RankContext, RankTrace
+
+
+def world_size(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> int:
+    sizes = [c.world_size for c in contexts.values() if c.world_size]
+    for t in traces:
+        for desc, ranks in t.pg_config.values():
+            if desc == "default_pg" and ranks:
+                sizes.append(max(ranks) + 1)
+    seen = [t.rank + 1 for t in traces] + [r + 1 for r in contexts]
+    return max(sizes + seen + [0])
+
+
+def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> dict[tuple[str, str], GroupRef]:
+    """(backend, group name) -> GroupRef with the group's global ranks, for every group that
+    appears in some entry."""
+    world = world_size(traces, contexts)
+    mentions: dict[tuple[str, str], set[int]] = {}
+    descs: dict[tuple[str, str], str] = {}
+    for t in traces:
+        for name, track in t.groups.items():
+            mentions.setdefault((t.lib, name), set()).add(t.rank)
+            descs.setdefault((t.lib, name), track.desc)
+    out: dict[tuple[str, str], GroupRef] = {}
+    for (lib, name), ranks_seen in sorted(mentions.items()):
+        desc = descs[(lib, name)]
+        ranks = _declared(lib, name, traces, contexts)
+        if ranks is None:
+            ranks = tuple(sorted(ranks_seen))
+            if desc == "default_pg" or (name == "0" and desc in ("", "undefined")):
+                ranks = tuple(range(max(world, max(ranks_seen) + 1)))
+        out[(lib, name)] = GroupRef(name=name, desc=desc, ranks=ranks, lib=lib)
+    return out
+
+
+def _declared(lib: str, name: str, traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> tuple[int, ...] | None:
+    votes: Counter[tuple[int, ...]] = Counter()
+    for t in traces:
+        if t.lib == lib and name in t.pg_config:
+            votes[t.pg_config[name][1]] += 1
+    if not votes:
+        for c in contexts.values():
+            if name in c.pg_config:
+                votes[c.pg_config[name][1]] += 1
+    if not votes:
+        return None
+    return tuple(sorted(votes.most_common(1)[0][0]))

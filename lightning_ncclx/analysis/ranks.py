@@ -1,0 +1,57 @@
+"""Per-rank state: in which collective each rank is, or where its code is when outside one."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from lightning_ncclx.analysis.model import CulpritState, RankContext, RankRow, RankTrace, TimelineOp
+
+TIMELINE_LENGTH = 20
+
+
+def culprit_state(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], stacks: Mapping[int, str]) -> CulpritState:
+    """``in_collective`` (its oldest unfinished op, located by that op's frames), else
+    ``outside_collective`` (located by the main thread in ``rank_<R>.stacks.txt``), else ``no_dump``."""
+    traces = [lib_traces[rank] for lib_traces in by_lib.values() if rank in lib_traces]
+    if not traces:
+        return CulpritState(rank, "no_dump", "no flight-recorder dump from this rank", stacks.get(rank))
+    open_ops = sorted((op for t in traces for op in t.open_ops), key=lambda o: o.time_ns)
+    if open_ops:
+        op = open_ops[0]
+        location = _first_user(op.frames) or stacks.get(rank)
+        return CulpritState(rank, "in_collective", f"in {op.describe()} [{op.state or 'unfinished'}]", location)
+    where = stacks.get(rank)
+    detail = "outside any collective (every recorded op finished)"
+    return CulpritState(rank, "outside_collective", detail, where)
+
+
+def _first_user(frames: tuple[str, ...]) -> str | None:
+    from lightning_ncclx.analysis.frames import is_library_file
+
+    for f in frames:
+        if not is_library_file(f.rsplit(":", 1)[0]):
+            return f
+    return frames[0] if frames else None
+
+
+def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: int = TIMELINE_LENGTH) -> tuple[TimelineOp, ...]:
+    ops: list[TimelineOp] = []
+    for lib_traces in by_lib.values():
+        trace = lib_traces.get(rank)
+        if trace is None:
+            continue
+        for name, tr in trace.groups.items():
+            for i in range(max(0, len(tr.seqs) - length), len(tr.seqs)):
+                ops.append(TimelineOp(name, tr.seqs[i], tr.sigs[i][0], tr.done[i], tr.times_ns[i]))
+    ops.sort(key=lambda o: (o.time_ns, o.group, o.seq))
+    return tuple(ops[-length:])
+
+
+def rank_rows(seen: tuple[int, ...], missing: tuple[int, ...], by_lib: Mapping[str, Mapping[int, RankTrace]],
+              states: Mapping[int, CulpritState], contexts: Mapping[int, RankContext]) -> tuple[RankRow, ...]:
+    rows = []
+    for r in sorted(set(seen) | set(missing)):
+        st = states.get(r) or culprit_state(r, by_lib, {})
+        ctx = contexts.get(r)
+        rows.append(RankRow(r, ctx.host if ctx else None, st.state, st.detail, st.location, timeline(r, by_lib)))
+    return tuple(rows)

@@ -1,0 +1,70 @@
+"""``lightning-ncclx summarize PATH``: exit 0 no hang, 1 a finding, 2 bad input (no traceback)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lightning_ncclx.errors import NcclxError
+
+EXIT_OK, EXIT_FINDING, EXIT_BAD_INPUT = 0, 1, 2
+_FORMATS = ("text", "json", "markdown", "html")
+
+
+def _render(summary, fmt: str) -> str:
+    from lightning_ncclx import report
+
+    return {"text": report.render_text, "json": report.render_json, "markdown": report.render_markdown,
+            "html": report.render_html}[fmt](summary)
+
+
+def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> int:
+    """Diagnose the dumps under ``path`` and print (or write to ``output``) the report.
+
+    Example::
+
+        run_summarize(Path("ncclx_dumps/stall-001"), fmt="json", output=Path("summary.json"))
+    """
+    from lightning_ncclx.analysis import Verdict, analyze_folder
+    from lightning_ncclx.report import write_atomic
+
+    if fmt not in _FORMATS:
+        print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(_FORMATS)})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        summary = analyze_folder(Path(path))
+    except NcclxError as exc:
+        print(f"lightning-ncclx summarize: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not summary.ranks_seen:
+        why = "; ".join(f"{u.path}: {u.why}" for u in summary.unreadable[:10])
+        print(f"lightning-ncclx summarize: no readable flight-recorder dump under {path}"
+              + (f" ({why})" if why else ""), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    text = _render(summary, fmt)
+    try:
+        if output is not None:
+            write_atomic(Path(output), text)
+        elif fmt == "text" and sys.stdout.isatty():
+            _print_rich(text)
+        else:
+            sys.stdout.write(text)
+    except OSError as exc:
+        print(f"lightning-ncclx summarize: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for u in summary.unreadable:
+        print(f"lightning-ncclx summarize: skipped {u.path}: {u.why}", file=sys.stderr)
+    return EXIT_OK if summary.verdict is Verdict.NO_HANG else EXIT_FINDING
+
+
+def _print_rich(text: str) -> None:
+    try:
+        from rich.console import Console
+        from rich.text import Text
+    except ImportError:  # pragma: no cover - rich is a dependency
+        sys.stdout.write(text)
+        return
+    styled = Text(text)
+    styled.highlight_words(["HANG:"], style="bold red")
+    styled.highlight_words(["NO HANG FOUND:"], style="bold green")
+    Console(highlight=False).print(styled, end="")

@@ -1,0 +1,89 @@
+"""Plain-text and Markdown reports: the verdict in the first lines, details after."""
+
+from __future__ import annotations
+
+from lightning_ncclx.analysis.model import Finding, Summary, Verdict
+
+
+def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    ranks = list(ranks)
+    return ", ".join(map(str, ranks)) if len(ranks) <= 16 else f"{', '.join(map(str, ranks[:14]))}, ... ({len(ranks)})"
+
+
+def _finding_lines(f: Finding, bullet: str = "  ") -> list[str]:
+    g = f.group
+    lines = [f"{bullet}[{f.kind.value}] {f.message}",
+             f"{bullet}  group {g.name} ({g.desc or '-'}, {g.lib}) ranks [{_ranks(g.ranks)}]  seq {f.seq}  op {f.op}"
+             + (f"  confidence {f.confidence}" if f.confidence != "high" else "")]
+    for c in f.culprit_states:
+        lines.append(f"{bullet}  rank {c.rank}: {c.state} - {c.detail}" + (f" at {c.location}" if c.location else ""))
+    for e in f.evidence:
+        lines.append(f"{bullet}  {e}")
+    return lines
+
+
+def render_text(summary: Summary) -> str:
+    """A report a person reads in ten seconds; plain ``str`` (no markup), fit for a log."""
+    d = summary
+    out = []
+    if d.verdict is Verdict.NO_HANG:
+        out.append("NO HANG FOUND: " + d.headline)
+    else:
+        out.append(f"HANG: {d.verdict.value} - culprit rank(s) {_ranks(d.culprit_ranks)}")
+        if d.process_group:
+            g = d.process_group
+            out.append(f"  collective: {d.op} seq {d.collective_seq_id} in group {g.name} ({g.desc or '-'}, {g.lib})")
+        out.append(f"  waiting ranks: {_ranks(d.waiting_ranks) or 'none'}")
+        for c in d.findings[0].culprit_states:
+            out.append(f"  rank {c.rank}: {c.detail}" + (f"\n    at {c.location}" if c.location else ""))
+    out.append("")
+    out.append(f"ranks seen: {len(d.ranks_seen)}" + (f"; missing: {_ranks(d.ranks_missing)}" if d.ranks_missing else ""))
+    if d.findings:
+        out.append("findings (likely root cause first):")
+        for f in d.findings[:20]:
+            out.extend(_finding_lines(f))
+        if len(d.findings) > 20:
+            out.append(f"  ... {len(d.findings) - 20} more in the JSON report")
+    for n in d.notes:
+        out.append(f"note: {n}")
+    if d.stragglers:
+        out.append("arrival skew (who enters collectives last):")
+        for s in d.stragglers[:5]:
+            out.append(f"  rank {s.rank} in group {s.group} ({s.desc}): median {s.median_late_ms:.2f} ms late, "
+                       f"p95 {s.p95_late_ms:.2f} ms, last in {s.last_fraction:.0%} of {s.samples}")
+    if d.unreadable:
+        out.append("unreadable files:")
+        out.extend(f"  {u.path}: {u.why}" for u in d.unreadable)
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(summary: Summary) -> str:
+    d = summary
+    out = [f"# Hang summary: `{d.verdict.value}`", "", f"**{d.headline}**", ""]
+    if d.verdict is not Verdict.NO_HANG:
+        g = d.process_group
+        out += ["| | |", "|---|---|", f"| culprit ranks | {_ranks(d.culprit_ranks)} |",
+                f"| collective | `{d.op}` seq {d.collective_seq_id} |",
+                f"| process group | {g.name} ({g.desc or '-'}, {g.lib}) ranks {_ranks(g.ranks)} |" if g else "| process group | - |",
+                f"| waiting ranks | {_ranks(d.waiting_ranks) or '-'} |", ""]
+    if d.findings:
+        out += ["## Findings (likely root cause first)", ""]
+        for f in d.findings[:50]:
+            out += [f"- **{f.kind.value}** {f.message}"]
+            out += [f"  - rank {c.rank}: {c.state} - {c.detail}" + (f" at `{c.location}`" if c.location else "")
+                    for c in f.culprit_states]
+            out += [f"  - {e}" for e in f.evidence]
+        out.append("")
+    if d.notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
+    out += ["## Ranks", "", "| rank | host | state | detail | location |", "|---|---|---|---|---|"]
+    out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | `{r.location or '-'}` |" for r in d.per_rank[:256]]
+    out.append("")
+    if d.stragglers:
+        out += ["## Arrival skew", "", "| rank | group | median late (ms) | p95 late (ms) | last |", "|---|---|---|---|---|"]
+        out += [f"| {s.rank} | {s.group} ({s.desc}) | {s.median_late_ms:.2f} | {s.p95_late_ms:.2f} | {s.last_fraction:.0%} |"
+                for s in d.stragglers]
+        out.append("")
+    if d.unreadable:
+        out += ["## Unreadable files", ""] + [f"- `{u.path}`: {u.why}" for u in d.unreadable] + [""]
+    return "\n".join(out)
