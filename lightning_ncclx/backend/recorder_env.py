@@ -27,10 +27,20 @@ VARIABLE_ALIASES: dict[str, tuple[str, ...]] = {
     "TORCH_FR_CPP_STACK": ("TORCH_NCCL_TRACE_CPP_STACK",),
     "TORCH_NCCL_ENABLE_TIMING": (),
 }
-# Older torch releases (before the TORCH_FR_* names) read only these: export them too, with the
-# same value, so the settings hold on every supported torch. The buffer-size alias is left out:
-# torch logs a deprecation warning for it, and every supported torch reads TORCH_FR_BUFFER_SIZE.
+# torch before 2.15 may read only the older TORCH_NCCL_* names of these in its NCCL code: there
+# they are exported too, with the same value. torch 2.15 warns about the old names, so it gets
+# the primary names alone. The buffer size is read as TORCH_FR_BUFFER_SIZE by every torch >= 2.13.
 ALSO_EXPORT_LEGACY = ("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_CPP_STACK")
+
+
+def torch_reads_legacy_names(torch_version: str) -> bool:
+    """Whether the older TORCH_NCCL_* aliases must be exported too for ``torch_version``."""
+    parts = torch_version.split("+")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return True
+    return (major, minor) < (2, 15)
 
 _BOOLEAN_VARIABLES = {"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_FR_CPP_STACK", "TORCH_NCCL_ENABLE_TIMING"}
 _CONFIG_KEYS = {
@@ -102,7 +112,11 @@ def user_value(variable: str, environ: Mapping[str, str]) -> tuple[str, str] | N
 
 
 def resolve_recorder_env(
-    wanted: Mapping[str, str], precedence: EnvPrecedence, environ: Mapping[str, str]
+    wanted: Mapping[str, str],
+    precedence: EnvPrecedence,
+    environ: Mapping[str, str],
+    *,
+    export_legacy_names: bool = False,
 ) -> tuple[dict[str, str], list[EnvConflict]]:
     """Decide what to export given what the user already set.
 
@@ -126,20 +140,30 @@ def resolve_recorder_env(
                     )
                 continue
         to_set[variable] = value
-        if variable in ALSO_EXPORT_LEGACY:
+        if export_legacy_names and variable in ALSO_EXPORT_LEGACY:
             for alias in VARIABLE_ALIASES[variable]:
                 to_set[alias] = value
     return to_set, conflicts
 
 
 def apply_recorder_env(
-    config: FlightRecorderConfig, torch_dump_prefix: Path, environ: MutableMapping[str, str] | None = None
+    config: FlightRecorderConfig,
+    torch_dump_prefix: Path,
+    environ: MutableMapping[str, str] | None = None,
+    *,
+    torch_version: str | None = None,
 ) -> tuple[dict[str, str], list[EnvConflict]]:
     """Export the recorder variables into ``environ`` (default ``os.environ``); returns what was set
     and the conflicts found (each is also logged as a warning)."""
     env = os.environ if environ is None else environ
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
     wanted = build_recorder_env(config, torch_dump_prefix)
-    to_set, conflicts = resolve_recorder_env(wanted, config.env_precedence, env)
+    to_set, conflicts = resolve_recorder_env(
+        wanted, config.env_precedence, env, export_legacy_names=torch_reads_legacy_names(torch_version)
+    )
     for conflict in conflicts:
         log.warning(conflict.message())
     env.update(to_set)

@@ -1,0 +1,115 @@
+"""``lightning-ncclx doctor``: what this machine's torch, Lightning and NCCL will do, and
+whether the flight-recorder environment is sound. Exit code 1 when the set-up is broken."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+
+@dataclass
+class DoctorReport:
+    versions: dict[str, str | None]
+    nccl_resolution: str
+    cuda_devices: list[str]
+    backends: dict[str, bool]
+    recorder_variables: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.problems)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def collect_report() -> DoctorReport:
+    from lightning_ncclx.backend.recorder_env import malformed_variables, recorder_variables_in_effect
+    from lightning_ncclx.backend.resolve import nccl_resolution, probe_capabilities
+    from lightning_ncclx.backend.serving import nccl_version
+
+    import torch
+    import torch.distributed as dist
+
+    caps = probe_capabilities()
+    devices = [torch.cuda.get_device_name(i) for i in range(caps.cuda_devices)]
+    report = DoctorReport(
+        versions={
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "torch CUDA": torch.version.cuda,
+            "NCCL": nccl_version(),
+            "lightning": _version("lightning"),
+            "pytorch_lightning": _version("pytorch-lightning"),
+            "hydra-core": _version("hydra-core"),
+            "lightning-ncclx": _version("lightning-ncclx"),
+        },
+        nccl_resolution=nccl_resolution(caps),
+        cuda_devices=devices,
+        backends={
+            "distributed": dist.is_available(),
+            "gloo": caps.gloo_available,
+            "nccl": caps.nccl_built,
+            "nccl2": caps.has_nccl2,
+        },
+        recorder_variables=recorder_variables_in_effect(),
+    )
+    if not dist.is_available():
+        report.problems.append("torch.distributed is not available in this torch build")
+    if not caps.gloo_available:
+        report.problems.append("gloo is not available: CPU jobs and the tests cannot run")
+    for name, why in malformed_variables().items():
+        report.problems.append(f"{name}={os.environ.get(name)!r} is {why}")
+    use_nccl2 = os.environ.get("TORCH_DIST_USE_NCCL2")
+    if use_nccl2 is not None and use_nccl2 not in ("0", "1"):
+        report.notes.append(f'TORCH_DIST_USE_NCCL2={use_nccl2!r}: only exactly "0" selects the legacy backend')
+    if caps.cuda_devices == 0:
+        report.notes.append("no CUDA device: ncclx strategies will use gloo (backend=auto)")
+    if caps.has_nccl2 and caps.cuda_devices and not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        report.notes.append("nccl2 records only through the flight-recorder hook; ncclx strategies set TORCH_FR_BUFFER_SIZE")
+    return report
+
+
+def _print_rich(report: DoctorReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="lightning-ncclx doctor", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    for name, version in report.versions.items():
+        table.add_row(name, version or "-")
+    table.add_row('"nccl" resolves to', report.nccl_resolution)
+    table.add_row("CUDA devices", ", ".join(report.cuda_devices) or "none")
+    table.add_row("backends", ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in report.backends.items()))
+    variables = "\n".join(f"{k}={v}" for k, v in report.recorder_variables.items()) or "(none set: torch defaults)"
+    table.add_row("recorder variables", variables)
+    console.print(table)
+    for note in report.notes:
+        console.print(f"[cyan]note:[/] {note}")
+    for problem in report.problems:
+        console.print(f"[bold red]problem:[/] {problem}")
+    console.print("[bold red]set-up is broken[/]" if report.broken else "[bold green]set-up looks sound[/]")
+
+
+def run_doctor(as_json: bool = False) -> int:
+    try:
+        report = collect_report()
+    except ImportError as err:
+        print(f"lightning-ncclx doctor: cannot import {err.name or err}: is torch installed?", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps({**asdict(report), "broken": report.broken}, indent=2))
+    else:
+        _print_rich(report)
+    return 1 if report.broken else 0

@@ -1,0 +1,89 @@
+"""Helpers shared by the multi-process tests: run a job in its own process session and never
+leave it behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+@dataclass
+class JobResult:
+    returncode: int
+    output: str
+    timed_out: bool
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test process's environment without launcher/rank variables a previous job left."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "LIGHTNING_NCCLX", "SLURM_", "TORCHELASTIC_", "PL_"))
+        and k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    if extra:
+        env.update(extra)
+    return env
+
+
+def kill_session(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_job(
+    argv: Sequence[str],
+    *,
+    timeout: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> JobResult:
+    """Run ``argv`` in a new process session; on timeout (or any exit) kill the whole session so
+    no rank outlives the test."""
+    process = subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env) if env is not None else clean_env(),
+        cwd=str(cwd) if cwd else None,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_session(process)
+        output, _ = process.communicate()
+    finally:
+        kill_session(process)
+    return JobResult(process.returncode, output.decode(errors="replace"), timed_out)
+
+
+def start_job(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (for several ranks started by hand); caller kills it."""
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=str(cwd) if cwd else None, start_new_session=True)
