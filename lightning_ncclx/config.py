@@ -56,6 +56,14 @@ def _finite_positive(key: str, value: Any) -> None:
     )
 
 
+def _enum(enum_type: type[Enum], key: str, value: Any) -> Any:
+    try:
+        return enum_type(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in enum_type)  # type: ignore[attr-defined]
+        raise ConfigError(f"{key}={value!r} is not valid: expected one of {choices}") from None
+
+
 def _non_negative_int(key: str, value: Any) -> None:
     _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, key, value, "expected an integer >= 0")
 
@@ -93,7 +101,7 @@ class FlightRecorderConfig:
         )
         if self.dump_dir is not None:
             _require(bool(str(self.dump_dir).strip()), f"{key}.dump_dir", self.dump_dir, "expected a folder path or null")
-        self.env_precedence = EnvPrecedence(self.env_precedence)
+        self.env_precedence = _enum(EnvPrecedence, f"{key}.env_precedence", self.env_precedence)
 
 
 @dataclass(kw_only=True)
@@ -187,7 +195,7 @@ class WatchdogConfig:
             _finite_positive(f"{key}.{name}", getattr(self, name))
         if isinstance(self.auto, Mapping):
             self.auto = AutoThresholdConfig(**self.auto)
-        self.on_stall = StallAction(self.on_stall)
+        self.on_stall = _enum(StallAction, f"{key}.on_stall", self.on_stall)
         _require(
             isinstance(self.exit_code, int) and 1 <= self.exit_code <= 255,
             f"{key}.exit_code",
