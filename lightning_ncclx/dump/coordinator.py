@@ -172,6 +172,17 @@ class EventCoordinator:
     def mark_done(self, event: EventInfo, exit_job: bool) -> None:
         self.store.set(f"ev/{event.number}/done", json.dumps({"exit": exit_job}))
 
+    def leaving(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.1) -> None:
+        """Say this rank exits; the store's host (rank 0) waits for the others first, so their
+        last store calls do not hit a closed server."""
+        count = self.store.add(f"ev/{event.number}/leaving", 1)
+        if self.rank != 0:
+            return
+        deadline = self._clock() + timeout_seconds
+        while count < self.world_size and self._clock() < deadline:
+            self._sleep(poll_seconds)
+            count = self.store.add(f"ev/{event.number}/leaving", 0)
+
     def wait_done(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.2) -> dict | None:
         deadline = self._clock() + timeout_seconds
         while True:

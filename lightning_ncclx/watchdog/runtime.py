@@ -201,6 +201,10 @@ class WatchdogRuntime:
         log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name,
                   self.config.exit_code)
         self._stop.set()
+        try:
+            self.coordinator.leaving(event, timeout_seconds=5.0)
+        except Exception:  # noqa: BLE001 - the store's host is already gone
+            log.debug("announcing the exit failed", exc_info=True)
         self._exit_fn(self.config.exit_code)
 
     def on_exception(self, exception: BaseException) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -87,9 +88,13 @@ class Model(LightningModule):
         a, r = self.args, rank()
         faulty = r == a.fault_rank and batch_idx == a.at_batch
         if a.fault == "healthy_slow":
-            time.sleep(4.0 if batch_idx == 0 else 0.4 * (batch_idx % 3))
+            time.sleep(4.0 if self.global_step == 0 else 0.4 * (batch_idx % 3))
         if faulty and a.fault == "stuck_train":
             time.sleep(FOREVER)
+        if faulty and a.fault == "signal":
+            os.kill(os.getpid(), signal.SIGUSR2)  # as `kill -USR2 <pid>` would
+        if a.fault == "signal" and batch_idx > a.at_batch:
+            time.sleep(0.5)  # let the on-demand event finish while training goes on
         if faulty and a.fault == "raise":
             raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
         t = torch.ones(3)
@@ -126,7 +131,7 @@ def main() -> int:
         poll_interval_seconds=0.2, first_step_seconds=max(10.0, step), train_step_seconds=step,
         validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
-        auto=AutoThresholdConfig(enabled=True, multiplier=2.0, floor_seconds=min(2.0, step), warmup_steps=2),
+        auto=AutoThresholdConfig(enabled=True, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
     )
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
     callbacks = []

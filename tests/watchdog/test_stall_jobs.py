@@ -1,0 +1,114 @@
+"""Real 3-rank Lightning jobs (gloo on CPU) with one faulty rank: every live rank dumps into one
+event folder and the summary names the culprit. Outcomes only, never durations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from watchdog.harness import (
+    STALL_EXIT_CODE,
+    assert_culprit,
+    assert_every_rank_dumped,
+    default_strategy,
+    run_job,
+)
+
+pytestmark = pytest.mark.timeout(180)
+WORLD = 3
+
+
+def _one_stall(result) -> Path:
+    events = result.events()
+    assert len(events) == 1, f"expected one event folder, got {events}\n{result.log[-4000:]}"
+    assert events[0].name == "stall-001"
+    return events[0]
+
+
+@pytest.mark.parametrize(
+    ("fault", "culprit"),
+    [
+        ("stuck_train", 1),       # rank 1 sleeps inside training_step, outside any collective
+        ("skip_collective", 2),   # rank 2 skips an all_reduce the others enter
+        ("other_collective", 1),  # rank 1 calls all_gather where the others call all_reduce
+        ("stuck_loader", 2),      # rank 2 blocks in its data loader
+    ],
+)
+def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: int) -> None:
+    result = run_job(tmp_path, "--fault", fault, "--fault-rank", str(culprit), "--strategy", default_strategy())
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    folder = _one_stall(result)
+    found = assert_every_rank_dumped(folder, WORLD, result.log)
+    assert found[culprit]["phase"] in ("train_step", "first_step")
+    collection = json.loads((folder / "collection.json").read_text())
+    assert collection["missing_ranks"] == []
+    assert_culprit(folder, culprit, result.log)
+
+
+def test_stuck_rank_stack_shows_where_it_waits(tmp_path: Path) -> None:
+    """Stock ``ddp`` + an explicit StallWatchdog callback (no ncclx strategy involved)."""
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", "ddp")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    folder = _one_stall(result)
+    found = assert_every_rank_dumped(folder, WORLD, result.log)
+    stacks = (folder / found[2]["stacks_file"]).read_text()
+    assert "time.sleep(FOREVER)" in stacks and "ncclx-watchdog-rank2" in stacks
+    assert_culprit(folder, 2, result.log)
+
+
+def test_noticing_rank_other_than_rank_zero_initiates_and_summarizes(tmp_path: Path) -> None:
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "1", "--noticer-rank", "2",
+                     "--slow-rank-threshold", "40", "--strategy", "ddp")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    folder = _one_stall(result)
+    found = assert_every_rank_dumped(folder, WORLD, result.log)
+    assert {ctx["initiator_rank"] for ctx in found.values()} == {2}
+    assert found[2]["reason"] == "stall" and found[0]["reason"] == "peer_request"
+    assert json.loads((folder / "collection.json").read_text())["initiator_rank"] == 2
+    assert_culprit(folder, 1, result.log)
+
+
+def test_raising_rank_dumps_itself_and_asks_the_others(tmp_path: Path) -> None:
+    result = run_job(tmp_path, "--fault", "raise", "--fault-rank", "1", "--strategy", default_strategy())
+    assert result.returncode not in (0, None), result.log[-4000:]
+    events = result.events("exception-")
+    assert [e.name for e in events] == ["exception-rank1-001"], f"{events}\n{result.log[-4000:]}"
+    found = assert_every_rank_dumped(events[0], WORLD, result.log)
+    assert found[1]["reason"] == "exception" and "injected failure" in found[1]["exception"]
+    assert_culprit(events[0], 1, result.log)
+
+
+def test_node_local_dump_folders_are_gathered_through_the_store(tmp_path: Path) -> None:
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "0", "--noticer-rank", "1",
+                     "--slow-rank-threshold", "40", "--node-local", "--strategy", "ddp")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    summarizer_folder = result.dump_dir / "node1" / "stall-001"
+    found = assert_every_rank_dumped(summarizer_folder, WORLD, result.log)
+    gathered = {p.name for p in (summarizer_folder / "ranks").rglob("rank_*")}
+    assert {"rank_00000.context.json", "rank_00002.context.json"} <= gathered
+    assert not any(p.name.startswith("rank_00001") for p in (summarizer_folder / "ranks").rglob("*"))
+    assert found[1]["initiator_rank"] == 1
+    assert_culprit(summarizer_folder, 0, result.log)
+
+
+def test_slow_but_healthy_run_raises_no_alarm(tmp_path: Path) -> None:
+    """Slow first step, slow steps, a validation batch and a checkpoint each longer than
+    train_step_seconds, two epochs: no dump, and the job ends normally."""
+    result = run_job(tmp_path, "--fault", "healthy_slow", "--batches", "4", "--epochs", "2",
+                     "--strategy", default_strategy())
+    assert result.returncode == 0, result.log[-4000:]
+    assert result.events() == [], result.log[-4000:]
+    assert "stall:" not in result.log
+    assert list((result.dump_dir / "ckpt").glob("*.ckpt")), "the checkpoint phase was not exercised"
+
+
+def test_sigusr2_dumps_every_rank_and_training_continues(tmp_path: Path) -> None:
+    result = run_job(tmp_path, "--fault", "signal", "--fault-rank", "0", "--batches", "12",
+                     "--on-stall", "dump", "--strategy", "ddp")
+    assert result.returncode == 0, result.log[-4000:]
+    events = result.events()
+    assert [e.name for e in events] == ["ondemand-001"], f"{events}\n{result.log[-4000:]}"
+    found = assert_every_rank_dumped(events[0], WORLD, result.log)
+    assert found[0]["reason"] == "on_demand"
