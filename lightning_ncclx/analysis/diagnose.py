@@ -80,11 +80,15 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                    msg, div.confidence, div.time_ns, tuple(evidence))
 
 
-def _priority(f: Finding) -> tuple:
+def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
     """Likely root cause first: a mismatch; then a rank that is outside every collective (or left
-    no dump); then missing dumps; then ranks stuck in another collective (a consequence)."""
+    no dump); then missing dumps; then ranks stuck in another collective that has its own finding
+    (a consequence of that one)."""
+    own = (f.group.lib, f.group.name)
     if f.kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH):
         rank = 0
+    elif any(c.group in stuck - {own} for c in f.culprit_states):
+        rank = 4
     elif f.kind is Verdict.DUMP_MISSING:
         rank = 2
     elif f.culprit_states and all(c.state == "in_collective" for c in f.culprit_states):
@@ -123,7 +127,8 @@ def analyze(loaded: LoadedFolder) -> Summary:
                          "no rank is missing from it; if this is a hang, look below the collective "
                          "(GPU kernel, network)")
     findings.extend(p2p_findings(by_lib, groups, states))
-    findings.sort(key=_priority)
+    stuck = {(f.group.lib, f.group.name) for f in findings}
+    findings.sort(key=lambda f: _priority(f, stuck))
     missing_ranks = tuple(r for r in range(world) if r not in seen)
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")

@@ -158,9 +158,11 @@ class CulpritState:
     state: str
     detail: str
     location: str | None = None
+    group: tuple[str, str] | None = None  # (backend, group name) of the collective it is in
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "state": self.state, "detail": self.detail, "location": self.location}
+        return {"rank": self.rank, "state": self.state, "detail": self.detail, "location": self.location,
+                "in_group": self.group[1] if self.group else None}
 
 
 def sig_dict(sig: Sig | None) -> dict[str, Any] | None:

@@ -19,7 +19,8 @@ def culprit_state(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], stac
     if open_ops:
         op = open_ops[0]
         location = _first_user(op.frames) or stacks.get(rank)
-        return CulpritState(rank, "in_collective", f"in {op.describe()} [{op.state or 'unfinished'}]", location)
+        return CulpritState(rank, "in_collective", f"in {op.describe()} [{op.state or 'unfinished'}]", location,
+                            (op.lib, op.group))
     where = stacks.get(rank)
     detail = "outside any collective (every recorded op finished)"
     return CulpritState(rank, "outside_collective", detail, where)

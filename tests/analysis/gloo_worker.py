@@ -1,0 +1,146 @@
+"""One rank of a small real gloo job that misbehaves on purpose, then dumps its flight recorder.
+
+Run by :mod:`gloo_jobs` (never by pytest directly)::
+
+    python gloo_worker.py RANK WORLD PORT SCENARIO OUT_DIR
+
+Every rank writes, once it reached the scenario's last step (blocked or not):
+``OUT/ours/rank_0000R.gloo.fr.pkl`` (pg_config repaired, as lightning-ncclx writes it) with
+``rank_0000R.context.json`` and ``rank_0000R.stacks.txt``; ``OUT/torch/fr_trace_rank_R`` (torch's raw
+bytes, ``<prefix><rank>``); ``OUT/fixed/trace_R`` (raw with pg_config repaired, what torchfrtrace
+can read). Then it waits for every rank's ``done`` marker and exits with ``os._exit(0)``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+RANK, WORLD, PORT, SCENARIO, OUT = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5])
+CULPRIT = WORLD - 1
+DUMP_DELAY_S = 1.0
+
+
+def pg_config() -> dict:
+    out = {}
+    for pg, ranks in dist.distributed_c10d._world.pg_group_ranks.items():
+        if not isinstance(pg, dist.ProcessGroup):
+            continue  # non-member placeholders
+        name = dist.distributed_c10d._get_process_group_name(pg)
+        out[name] = {"name": name, "desc": pg.group_desc, "ranks": str(sorted(ranks))}
+    return out
+
+
+def format_stacks() -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    lines = [f"# Python stacks, pid {os.getpid()}\n"]
+    for ident, frame in sys._current_frames().items():
+        lines.append(f"\n--- thread {names.get(ident, '?')!r} (id {ident}) ---\n")
+        lines.extend(traceback.format_stack(frame))
+    return "".join(lines)
+
+
+def dump_and_exit(delay: float) -> None:
+    time.sleep(delay)
+    raw = torch._C._distributed_c10d._dump_fr_trace(True, True, False)
+    data = pickle.loads(raw)  # our own process's bytes: trusted
+    fixed = dict(data, pg_config=pg_config(), pg_config_raw=data["pg_config"])
+    for sub in ("ours", "torch", "fixed"):
+        (OUT / sub).mkdir(parents=True, exist_ok=True)
+    (OUT / "torch" / f"fr_trace_rank_{RANK}").write_bytes(raw)
+    (OUT / "fixed" / f"trace_{RANK}").write_bytes(pickle.dumps({k: v for k, v in fixed.items() if k != "pg_config_raw"}))
+    prefix = OUT / "ours" / f"rank_{RANK:05d}"
+    Path(f"{prefix}.gloo.fr.pkl").write_bytes(pickle.dumps(fixed))
+    Path(f"{prefix}.stacks.txt").write_text(format_stacks())
+    context = {"schema": "lightning-ncclx/context/1", "event": "stall-001", "reason": "stall", "rank": RANK,
+               "world_size": WORLD, "host": f"host{RANK // 2}", "pg_config": {
+                   k: {**v, "ranks": json.loads(v["ranks"])} for k, v in pg_config().items()},
+               "trace_files": [f"rank_{RANK:05d}.gloo.fr.pkl"], "stacks_file": f"rank_{RANK:05d}.stacks.txt"}
+    Path(f"{prefix}.context.json").write_text(json.dumps(context))
+    (OUT / f"done_{RANK}").touch()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all((OUT / f"done_{r}").exists() for r in range(WORLD)):
+        time.sleep(0.05)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def start_dumper() -> None:
+    threading.Thread(target=dump_and_exit, args=(DUMP_DELAY_S,), daemon=True, name="dumper").start()
+
+
+def wait_outside_collectives() -> None:
+    """Where a culprit that is stuck outside any collective sits (its stacks show this frame)."""
+    while True:
+        time.sleep(0.1)
+
+
+def step_a(t, group=None):
+    dist.all_reduce(t, group=group)
+
+
+def step_b(t, group=None):
+    dist.all_reduce(t, group=group)
+
+
+def main() -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT}", rank=RANK, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=30))
+    t = torch.ones(4)
+    sub = dist.new_group([1, 2]) if SCENARIO in ("subgroup", "wrap") else None
+    for _ in range(3):
+        step_a(t)
+    if SCENARIO == "healthy":
+        dist.barrier()
+        dump_and_exit(0.0)
+    if SCENARIO == "wrap":
+        if RANK in (1, 2):
+            for _ in range(30):  # fills ranks 1-2's small ring buffer with the sub-group only
+                step_a(t, group=sub)
+        step_b(t)
+        start_dumper()
+        if RANK == CULPRIT:
+            dist.broadcast(t, 0)
+        else:
+            step_a(t)
+        wait_outside_collectives()
+    if SCENARIO == "skip":
+        step_a(t)
+        if RANK != CULPRIT:
+            step_b(t)  # the culprit skips this one: gloo pairs its next call with it
+        start_dumper()
+        step_a(t)  # blocks on ranks 0-1; on the culprit it completes (paired with their step_b)
+        wait_outside_collectives()
+    start_dumper()
+    if SCENARIO == "op":
+        dist.broadcast(t, 0) if RANK == CULPRIT else step_a(t)
+    elif SCENARIO == "size":
+        step_a(torch.ones(2) if RANK == CULPRIT else t)
+    elif SCENARIO == "outside":
+        wait_outside_collectives() if RANK == CULPRIT else step_a(t)
+    elif SCENARIO == "subgroup":
+        if RANK == CULPRIT:
+            wait_outside_collectives()
+        elif RANK == 1:
+            step_a(t, group=sub)
+        else:
+            step_b(t)
+    wait_outside_collectives()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as exc:  # a peer went away: keep quiet, the dump thread decides the exit
+        print(f"rank {RANK}: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+        wait_outside_collectives()
