@@ -1,0 +1,97 @@
+"""Overhead of lightning-ncclx on a healthy job, measured side by side in one run.
+
+a) Training-step time: Lightning's plain ``ddp`` with the recorder off (TORCH_FR_BUFFER_SIZE=0)
+   against ``ddp_ncclx`` with the recorder at 2000 and 20000 entries and the watchdog on.
+   Configurations are interleaved (A B C A B C ...) so machine drift hits all alike; the
+   figure is the median of per-run medians, and the ratio is against plain ddp.
+b) Cost per collective: a 16-float gloo all_reduce with the recorder at 0, 2000 and 20000.
+
+    python bench/bench_overhead.py [--devices 2,4] [--repeats 3] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STEP_CONFIGS = [("ddp", 0, "ddp, recorder off"), ("ddp_ncclx", 2000, "ddp_ncclx, FR 2000, watchdog"),
+                ("ddp_ncclx", 20000, "ddp_ncclx, FR 20000, watchdog")]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run(argv: list[str], cwd: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "LIGHTNING_NCCLX"))}
+    env["PYTHONPATH"] = str(HERE.parent)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(argv)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+
+
+def bench_steps(devices: int, repeats: int, steps: int, work: Path) -> list[dict]:
+    medians: dict[str, list[float]] = {label: [] for _, _, label in STEP_CONFIGS}
+    for repeat in range(repeats):
+        for strategy, buffer_size, label in STEP_CONFIGS:
+            out = work / f"steps_{devices}_{repeat}_{strategy}_{buffer_size}.json"
+            run([sys.executable, str(HERE / "overhead_job.py"), "--out", str(out), "--strategy", strategy,
+                 "--devices", str(devices), "--buffer-size", str(buffer_size), "--steps", str(steps)], cwd=work)
+            medians[label].append(json.loads(out.read_text())["median_s"])
+    base = statistics.median(medians[STEP_CONFIGS[0][2]])
+    return [{"ranks": devices, "config": label, "median_step_ms": statistics.median(v) * 1e3,
+             "ratio_vs_plain_ddp": statistics.median(v) / base, "runs_ms": [round(x * 1e3, 3) for x in v]}
+            for label, v in medians.items()]
+
+
+def bench_collectives(world_size: int, repeats: int, work: Path) -> list[dict]:
+    per_op: dict[int, list[float]] = {0: [], 2000: [], 20000: []}
+    for repeat in range(repeats):
+        for buffer_size in per_op:
+            out = work / f"coll_{world_size}_{repeat}_{buffer_size}.json"
+            run([sys.executable, str(HERE / "collective_job.py"), "--buffer-size", str(buffer_size), "--world-size",
+                 str(world_size), "--port", str(free_port()), "--out", str(out)], cwd=work)
+            per_op[buffer_size].append(json.loads(out.read_text())["per_op_us"])
+    base = statistics.median(per_op[0])
+    return [{"ranks": world_size, "buffer_size": size, "per_all_reduce_us": statistics.median(v),
+             "ratio_vs_off": statistics.median(v) / base, "runs_us": [round(x, 2) for x in v]} for size, v in per_op.items()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--devices", default="2,4")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}", "steps": [], "collectives": []}
+    with tempfile.TemporaryDirectory(prefix="ncclx-bench-") as tmp:
+        work = Path(tmp)
+        for devices in (int(d) for d in args.devices.split(",")):
+            results["steps"] += bench_steps(devices, args.repeats, args.steps, work)
+            results["collectives"] += bench_collectives(devices, args.repeats, work)
+    print(f"machine: {results['machine']}")
+    print("\n| ranks | configuration | median step (ms) | ratio vs plain ddp |\n|---|---|---|---|")
+    for row in results["steps"]:
+        print(f"| {row['ranks']} | {row['config']} | {row['median_step_ms']:.2f} | {row['ratio_vs_plain_ddp']:.3f} |")
+    print("\n| ranks | recorder entries | gloo all_reduce (µs) | ratio vs off |\n|---|---|---|---|")
+    for row in results["collectives"]:
+        print(f"| {row['ranks']} | {row['buffer_size']} | {row['per_all_reduce_us']:.1f} | {row['ratio_vs_off']:.3f} |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
