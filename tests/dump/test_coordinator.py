@@ -1,0 +1,137 @@
+"""The store protocol of dump events, on an in-memory store with an injected clock."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import torch.distributed as dist
+
+from lightning_ncclx.dump.coordinator import EventCoordinator, pack_files, unpack_files
+from lightning_ncclx.dump.summarize import collect_and_summarize, gather_missing
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def coordinators(world: int, clock: FakeClock | None = None) -> list[EventCoordinator]:
+    store = dist.PrefixStore("test", dist.HashStore())
+    kwargs = {"clock": clock, "sleep": clock.sleep} if clock else {}
+    return [EventCoordinator(store, r, world, **kwargs) for r in range(world)]
+
+
+def test_concurrent_proposers_agree_on_one_event_and_initiator() -> None:
+    ranks = coordinators(4)
+    results = [None] * 4
+    barrier = threading.Barrier(4)
+
+    def propose(r: int) -> None:
+        barrier.wait()
+        results[r] = ranks[r].propose("stall")
+
+    threads = [threading.Thread(target=propose, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({(e.number, e.name, e.initiator) for e in results}) == 1
+    assert results[0].name == "stall-001"
+
+
+def test_a_rank_that_saw_the_event_proposes_the_next_one() -> None:
+    a, b, c = coordinators(3)
+    first = b.propose("stall")
+    assert a.poll() == first and c.poll() == first
+    assert a.poll() is None
+    second = c.propose("on_demand")
+    assert (second.number, second.name, second.initiator) == (2, "ondemand-002", 2)
+    assert a.poll() == second
+    joined = b.propose("exception")  # b had not seen event 2: it gets c's event back and joins it
+    assert (joined.name, joined.initiator) == ("ondemand-002", 2)
+    assert b.propose("exception").name == "exception-rank1-003"
+
+
+def test_wait_for_dumps_names_what_arrived_by_the_deadline(tmp_path: Path) -> None:
+    clock = FakeClock()
+    r0, r1, r2 = coordinators(3, clock)
+    event = r0.propose("stall")
+    for rank in (r0, r2):
+        rank.announce_dumped(event, "host-a", [], tmp_path, upload=False)
+    found = r0.wait_for_dumps(event, timeout_seconds=5.0)
+    assert sorted(found) == [0, 2] and clock.now >= 5.0
+
+
+def test_files_travel_through_the_store_to_ranks_host(tmp_path: Path) -> None:
+    node_a, node_b = tmp_path / "a" / "stall-001", tmp_path / "b" / "stall-001"
+    node_b.mkdir(parents=True)
+    files = []
+    for name, data in (("rank_00001.context.json", b"{}"), ("rank_00001.gloo.fr.pkl", b"\x80\x04N.")):
+        path = node_b / name
+        path.write_bytes(data)
+        files.append(path)
+    r0, r1 = coordinators(2)
+    event = r0.propose("stall")
+    r1.poll()
+    r1.announce_dumped(event, "node-b", files, node_b, upload=True)
+    r0.announce_dumped(event, "node-a", [], node_a, upload=True)
+    gathered = gather_missing(r0, event, node_a, r0.wait_for_dumps(event, 1.0))
+    assert gathered == {1: str(node_a / "ranks" / "node-b")}
+    assert (node_a / "ranks" / "node-b" / "rank_00001.gloo.fr.pkl").read_bytes() == b"\x80\x04N."
+
+
+def test_unpack_ignores_paths_that_leave_the_folder(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name in ("../evil.txt", "ok.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+    out = unpack_files(buffer.getvalue(), tmp_path / "x")
+    assert [p.name for p in out] == ["ok.txt"] and not (tmp_path / "evil.txt").exists()
+
+
+def test_pack_roundtrip(tmp_path: Path) -> None:
+    src = tmp_path / "f.txt"
+    src.write_text("hello")
+    assert unpack_files(pack_files([src]), tmp_path / "out")[0].read_text() == "hello"
+
+
+def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, caplog) -> None:
+    import lightning_ncclx.dump.summarize as summarize
+
+    def broken(folder, extra_roots, rank):
+        raise AssertionError("must not be reached")
+
+    (r0,) = coordinators(1)
+    event = r0.propose("stall")
+    folder = tmp_path / event.name
+    folder.mkdir()
+    (folder / "rank_00000.context.json").write_text("{}")
+    r0.announce_dumped(event, "h", [folder / "rank_00000.context.json"], folder, upload=False)
+    import builtins
+
+    real_import = builtins.__import__
+
+    def failing_import(name, *args, **kwargs):
+        if name == "lightning_ncclx.analysis":
+            raise ImportError("analyzer broken")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", failing_import)
+    result = collect_and_summarize(r0, event, folder, collect_timeout_seconds=1.0, gather_through_store=True)
+    assert result.verdict is None and (folder / "rank_00000.context.json").exists()
+    assert json.loads((folder / "collection.json").read_text())["dumped_ranks"] == [0]
+    assert "could not be imported" in caplog.text
+    assert summarize is not None

@@ -1,0 +1,71 @@
+"""What one rank writes, checked in a real single-rank gloo process group."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lightning_ncclx.dump.traces import backends_in_use, fix_pg_config
+from lightning_ncclx.dump.writer import atomic_write_text, format_stacks, write_rank_dump
+
+
+@pytest.fixture
+def gloo_world(tmp_path: Path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    sub = dist.new_group([0], backend="gloo", group_desc="my_sub")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    dist.all_reduce(t, group=sub)
+    yield
+    dist.destroy_process_group()
+
+
+def test_rank_dump_has_trace_stacks_and_context(tmp_path: Path, gloo_world) -> None:
+    folder = tmp_path / "stall-001"
+    progress = {"phase": "train_step", "step": 7, "global_step": 3, "seconds_since_heartbeat": 4.2,
+                "stall_threshold_seconds": 3.0}
+    files = write_rank_dump(folder, event="stall-001", reason="stall", initiator_rank=0, progress=progress)
+    names = sorted(p.name for p in files)
+    assert names == ["rank_00000.context.json", "rank_00000.gloo.fr.pkl", "rank_00000.stacks.txt"]
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")], "temporary files left behind"
+    ctx = json.loads((folder / "rank_00000.context.json").read_text())
+    assert ctx["schema"] == "lightning-ncclx/context/1"
+    assert (ctx["rank"], ctx["world_size"], ctx["phase"], ctx["step"]) == (0, 1, "train_step", 7)
+    assert ctx["backends"] == {"cpu": "gloo"} and ctx["trace_files"] == ["rank_00000.gloo.fr.pkl"]
+    assert {v["desc"] for v in ctx["pg_config"].values()} == {"default_pg", "my_sub"}
+    trace = pickle.loads((folder / "rank_00000.gloo.fr.pkl").read_bytes())
+    assert {v["desc"] for v in trace["pg_config"].values()} == {"default_pg", "my_sub"}
+    assert all(isinstance(v["ranks"], str) for v in trace["pg_config"].values())
+    assert "pg_config_raw" in trace
+    assert {e["profiling_name"] for e in trace["entries"]} >= {"gloo:all_reduce"}
+
+
+def test_backends_in_use_reports_gloo_once(gloo_world) -> None:
+    assert [b.file_tag for b in backends_in_use()] == ["gloo"]
+
+
+def test_no_process_group_still_writes_stacks_and_context(tmp_path: Path) -> None:
+    files = write_rank_dump(tmp_path, event="ondemand-001", reason="on_demand", initiator_rank=0, progress={})
+    assert sorted(p.name for p in files) == ["rank_00000.context.json", "rank_00000.stacks.txt"]
+
+
+def test_fix_pg_config_keeps_the_raw_one() -> None:
+    fixed = fix_pg_config({"pg_config": {"": {"name": "", "desc": "", "ranks": "[0]"}}, "entries": []},
+                          {"0": {"name": "0", "desc": "default_pg", "ranks": [0, 1]}})
+    assert fixed["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    assert fixed["pg_config_raw"] == {"": {"name": "", "desc": "", "ranks": "[0]"}}
+
+
+def test_stacks_name_every_thread() -> None:
+    assert "MainThread" in format_stacks()
+
+
+def test_atomic_write_replaces(tmp_path: Path) -> None:
+    path = atomic_write_text(tmp_path / "a" / "f.txt", "one")
+    atomic_write_text(path, "two")
+    assert path.read_text() == "two" and [p.name for p in path.parent.iterdir()] == ["f.txt"]

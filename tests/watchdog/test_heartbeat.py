@@ -1,0 +1,150 @@
+"""Threshold logic of the heartbeat on an injected clock (no threads, no torch)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lightning_ncclx.config import AutoThresholdConfig, WatchdogConfig
+from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make(auto: bool = False, **overrides) -> tuple[Heartbeat, FakeClock]:
+    values = dict(first_step_seconds=100.0, train_step_seconds=10.0, validation_seconds=50.0, checkpoint_seconds=70.0,
+                  auto=AutoThresholdConfig(enabled=auto, multiplier=3.0, floor_seconds=2.0, warmup_steps=3, window=4))
+    values.update(overrides)
+    clock = FakeClock()
+    return Heartbeat(WatchdogConfig(**values), clock=clock), clock
+
+
+def run_steps(hb: Heartbeat, clock: FakeClock, n: int, seconds: float) -> None:
+    for _ in range(n):
+        hb.train_batch_start()
+        clock.advance(seconds)
+        hb.train_batch_end()
+
+
+def test_setup_and_first_step_use_the_first_step_threshold() -> None:
+    hb, clock = make()
+    clock.advance(99.0)
+    assert hb.check() is None
+    hb.train_batch_start()
+    assert hb.last.phase is Phase.first_step
+    clock.advance(99.0)
+    assert hb.check() is None
+    clock.advance(2.0)
+    stall = hb.check()
+    assert stall is not None and stall.phase is Phase.first_step and stall.threshold_seconds == 100.0
+
+
+def test_training_step_past_its_threshold_is_a_stall() -> None:
+    hb, clock = make()
+    run_steps(hb, clock, 2, 1.0)
+    hb.train_batch_start()
+    clock.advance(9.9)
+    assert hb.check() is None
+    clock.advance(0.2)
+    stall = hb.check()
+    assert stall is not None and stall.phase is Phase.train_step and stall.step == 2
+
+
+def test_gap_between_batches_counts_as_a_training_step() -> None:
+    hb, clock = make()
+    run_steps(hb, clock, 2, 1.0)
+    clock.advance(10.5)  # stuck in the data loader after batch_end
+    assert hb.check() is not None
+
+
+def test_one_alarm_per_heartbeat() -> None:
+    hb, clock = make()
+    run_steps(hb, clock, 2, 1.0)
+    clock.advance(11.0)
+    stall = hb.check()
+    assert stall is not None
+    hb.mark_reported(stall.seq)
+    clock.advance(100.0)
+    assert hb.check() is None
+    hb.train_batch_start()
+    clock.advance(11.0)
+    assert hb.check() is not None
+
+
+@pytest.mark.parametrize(("phase", "threshold"), [(Phase.validation, 50.0), (Phase.checkpoint, 70.0)])
+def test_validation_and_checkpoint_have_their_own_thresholds(phase: Phase, threshold: float) -> None:
+    hb, clock = make()
+    run_steps(hb, clock, 2, 1.0)
+    hb.beat(phase)
+    clock.advance(threshold - 1.0)
+    assert hb.check() is None
+    clock.advance(2.0)
+    assert hb.check().phase is phase
+
+
+def test_idle_never_alarms() -> None:
+    hb, clock = make()
+    run_steps(hb, clock, 2, 1.0)
+    hb.beat(Phase.idle)
+    clock.advance(1e7)
+    assert hb.check() is None
+    assert hb.progress()["stall_threshold_seconds"] is None
+    assert math.isinf(hb.threshold(Phase.idle))
+
+
+def test_sanity_check_validation_gets_the_start_up_threshold() -> None:
+    hb, clock = make()
+    hb.sanity_check(True)
+    clock.advance(90.0)  # longer than validation_seconds: nothing has warmed up yet
+    assert hb.check() is None
+    hb.sanity_check(False)
+    assert hb.last.phase is Phase.setup
+
+
+def test_auto_threshold_is_learned_after_warm_up() -> None:
+    hb, clock = make(auto=True)
+    run_steps(hb, clock, 3, 1.0)  # first batch not counted: 2 observed
+    assert hb.auto_threshold() is None
+    run_steps(hb, clock, 1, 1.0)
+    assert hb.auto_threshold() == pytest.approx(3.0)  # 3 x slowest recent step
+    hb.train_batch_start()
+    clock.advance(3.5)
+    assert hb.check() is not None
+
+
+def test_auto_threshold_respects_floor_window_and_upper_bound() -> None:
+    hb, clock = make(auto=True)
+    run_steps(hb, clock, 5, 0.1)
+    assert hb.auto_threshold() == pytest.approx(2.0)  # floor
+    run_steps(hb, clock, 1, 5.0)
+    assert hb.auto_threshold() == pytest.approx(10.0)  # capped by train_step_seconds
+    run_steps(hb, clock, 4, 0.1)  # the slow step leaves the window of 4
+    assert hb.auto_threshold() == pytest.approx(2.0)
+
+
+def test_step_time_excludes_validation_and_checkpoint() -> None:
+    hb, clock = make(auto=True)
+    run_steps(hb, clock, 4, 1.0)
+    hb.beat(Phase.validation)
+    clock.advance(40.0)
+    run_steps(hb, clock, 1, 1.0)
+    assert hb.auto_threshold() == pytest.approx(3.0)
+
+
+def test_steps_are_counted_in_batches_not_optimizer_steps() -> None:
+    hb, clock = make()
+    for _ in range(4):
+        hb.train_batch_start(global_step=0)  # gradient accumulation: global_step does not move
+        clock.advance(1.0)
+        hb.train_batch_end(global_step=0)
+    assert hb.batches == 4 and hb.progress()["step"] == 4 and hb.progress()["global_step"] == 0
