@@ -1,0 +1,124 @@
+"""``fsdp_ncclx``: Lightning's FSDPStrategy (FSDP1, ``FullyShardedDataParallel``) on the configured
+NCCL backend (gloo on CPU), with the flight recorder set, two-phase timeouts and the stall watchdog.
+
+Example::
+
+    import lightning_ncclx
+    trainer = Trainer(strategy="fsdp_ncclx", accelerator="cuda", devices=8, precision="bf16-mixed")
+    # explicit settings, or CPU (gloo):
+    from lightning_ncclx.strategies import FSDPNcclxStrategy
+    trainer = Trainer(strategy=FSDPNcclxStrategy(ncclx={"backend": "nccl2"}, sharding_strategy="HYBRID_SHARD",
+                                                 device_mesh=(2, 8)), devices=8, num_nodes=2)
+
+Differences from ``FSDPStrategy``: it runs on CPU too (Lightning refuses names it lists in
+``FSDPStrategy._registered_strategies`` without a GPU, so this class keeps its own list, and
+FSDP is given ``device_id=torch.device("cpu")`` where Lightning passes ``None``, which FSDP
+refuses on a machine without an accelerator), a
+``device_mesh`` tuple is built on the root device's type instead of always ``"cuda"``, and the
+barrier passes ``device_ids`` for every NCCL-family backend, not only the exact string ``"nccl"``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Generator
+
+import torch
+from lightning.pytorch.strategies import FSDPStrategy
+from typing_extensions import override
+
+from lightning_ncclx.strategies.mixin import NcclxStrategyMixin
+
+FSDP_NAMES = ("fsdp_ncclx",)
+
+
+class FSDPNcclxStrategy(NcclxStrategyMixin, FSDPStrategy):
+    """FSDP with lightning-ncclx's backend choice, flight recorder, timeouts and stall watchdog.
+
+    Takes every ``FSDPStrategy`` argument (``sharding_strategy``, ``auto_wrap_policy``,
+    ``activation_checkpointing_policy``, ``cpu_offload``, ``state_dict_type``, ``device_mesh``...)
+    plus ``ncclx=`` (an ``NcclxConfig``, a mapping or a DictConfig). ``timeout`` and
+    ``process_group_backend`` are set through ``ncclx`` instead.
+    """
+
+    strategy_name = "fsdp_ncclx"
+    # FSDPStrategy's class-level list is shared with subclasses, and Lightning refuses every name
+    # in it on CPU: our names live in a list of our own.
+    _registered_strategies: list[str] = []
+
+    @override
+    def setup_environment(self) -> None:
+        mesh_shape = self.kwargs.get("device_mesh")
+        if isinstance(mesh_shape, tuple):
+            # FSDPStrategy would build it with init_device_mesh("cuda", ...), wrong on CPU.
+            del self.kwargs["device_mesh"]
+        super().setup_environment()
+        if isinstance(mesh_shape, tuple):
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.kwargs["device_mesh"] = init_device_mesh(self.root_device.type, mesh_shape)
+
+    @contextmanager
+    @override
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        if self.root_device.type != "cpu":
+            with super().model_sharded_context():
+                yield
+            return
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import enable_wrap
+
+        with enable_wrap(wrapper_cls=FullyShardedDataParallel, **self._ncclx_cpu_fsdp_kwargs()):
+            yield
+
+    @override
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if self.root_device.type != "cpu" or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            return super()._setup_model(model)  # GPU, or already wrapped: Lightning's path needs no device id
+        from lightning.fabric.strategies.fsdp import _setup_activation_checkpointing
+
+        model = FullyShardedDataParallel(module=model, **self._ncclx_cpu_fsdp_kwargs())
+        _setup_activation_checkpointing(model, self._activation_checkpointing_kwargs)
+        return model
+
+    def _ncclx_cpu_fsdp_kwargs(self) -> dict[str, Any]:
+        """What Lightning passes to FSDP, with ``device_id=cpu`` instead of the CPU device's ``None``."""
+        return dict(
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        )
+
+    @override
+    def barrier(self, name: str | None = None) -> None:
+        self._ncclx_barrier(self._ncclx_device_ids())
+
+    def _ncclx_device_ids(self) -> list[int] | None:
+        device = self.root_device
+        return [device.index] if device.type == "cuda" and device.index is not None else None
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        register_fsdp_names(cls, strategy_registry)
+
+
+def register_fsdp_names(cls: Any, strategy_registry: Any) -> None:
+    for name in FSDP_NAMES:
+        strategy_registry.register(
+            name,
+            cls,
+            description="FSDP on torch's NCCL backends with flight recorder and stall watchdog",
+            override=True,
+        )
+        if name not in cls._registered_strategies:
+            cls._registered_strategies.append(name)
+
+
+from lightning_ncclx.registration import retry_pending  # noqa: E402
+
+retry_pending()
