@@ -15,8 +15,11 @@ from lightning_ncclx.analysis.skew import group_stragglers
 
 def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd: tuple[int, ...]) -> Verdict:
     """op_mismatch / size_mismatch / dtype_mismatch / not_entered from the odd ranks' signatures."""
-    reference = majority or next((s for r, s in sigs.items() if r not in odd and s is not None), None)
-    others = [sigs[r] for r in odd] if majority is not None else list(sigs.values())
+    if majority is None:  # a tie: compare every signature with the first one present
+        reference = next((s for s in sigs.values() if s is not None), None)
+        others = [s for s in sigs.values() if s != reference]
+    else:
+        reference, others = majority, [sigs[r] for r in odd]
     kinds = []
     for s in others:
         if s is None or reference is None:

@@ -134,6 +134,8 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     unreadable: list[Unreadable] = []
     for file in walk_files(r for r in roots if r.exists()):
         kind = classify(file.name)
+        if kind is None and file in roots:
+            kind = ("trace", 0, "")  # a file named explicitly is read whatever its name; rank 0
         if kind is None:
             continue
         what, rank, hint = kind

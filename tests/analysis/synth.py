@@ -1,0 +1,41 @@
+"""Tiny synthetic flight-recorder dumps in torch's format 2.10 (for cases CPU gloo cannot make)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+T0 = 1_796_000_000_000_000_000
+
+
+def entry(record_id: int, seq: int, op: str = "all_reduce", *, lib: str = "nccl", pg: tuple = ("0", "default_pg"),
+          size: int = 4, dtype: str = "Float", state: str = "completed", p2p_seq: int = 0, is_p2p: bool = False,
+          t_ns: int | None = None, frames: list | None = None) -> dict:
+    return {"record_id": record_id, "pg_id": int(pg[0]) if pg[0].isdigit() else 0, "process_group": pg,
+            "collective_seq_id": seq, "p2p_seq_id": p2p_seq, "op_id": record_id + 1,
+            "profiling_name": f"{lib}:{op}", "time_created_ns": t_ns if t_ns is not None else T0 + record_id * 1000,
+            "input_sizes": [[size]], "input_dtypes": [dtype], "output_sizes": [[size]], "output_dtypes": [dtype],
+            "state": state, "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
+            "retired": state == "completed", "timeout_ms": 600000, "is_p2p": is_p2p, "thread_name": "python",
+            "thread_id": "1", "frames": frames or []}
+
+
+def dump(entries: list, groups: dict[str, tuple[str, list[int]]]) -> dict:
+    return {"version": "2.10", "comm_lib_version": "2.28.9", "pg_status": {},
+            "pg_config": {n: {"name": n, "desc": d, "ranks": str(r)} for n, (d, r) in groups.items()},
+            "entries": entries}
+
+
+def write(folder: Path, name: str, data: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(pickle.dumps(data))
+    return path
+
+
+def collectives(n: int, *, lib: str = "nccl", last_state: str = "completed", start: int = 1, **kw) -> list:
+    out = [entry(i, start + i, lib=lib, **kw) for i in range(n)]
+    if out:
+        out[-1]["state"] = last_state
+        out[-1]["retired"] = last_state == "completed"
+    return out

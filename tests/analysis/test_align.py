@@ -1,0 +1,89 @@
+"""Alignment by collective sequence id on synthetic dumps (cases CPU gloo cannot produce)."""
+
+from __future__ import annotations
+
+from synth import collectives, dump, entry, write
+
+from lightning_ncclx.analysis import Verdict, analyze_folder
+
+WORLD2 = {"0": ("default_pg", [0, 1])}
+
+
+def test_two_rank_op_mismatch_is_a_tie_and_says_so(tmp_path):
+    for r, op in ((0, "all_reduce"), (1, "broadcast")):
+        es = collectives(3)
+        es.append(entry(3, 4, op, state="scheduled"))
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(es, WORLD2))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.OP_MISMATCH
+    assert s.culprit_ranks == (0, 1) and s.findings[0].confidence == "low"
+    assert "cannot tell which rank" in s.findings[0].message
+
+
+def test_two_ranks_one_behind_blames_the_one_behind(tmp_path):
+    write(tmp_path, "nccl_trace_rank_0", dump(collectives(5, last_state="started"), WORLD2))
+    write(tmp_path, "nccl_trace_rank_1", dump(collectives(4), WORLD2))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (1,) and s.waiting_ranks == (0,)
+    assert s.findings[0].culprit_states[0].state == "outside_collective"
+
+
+def test_wrapped_buffers_compare_only_the_common_window(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    # rank 0 holds seq 50..100, rank 1 holds 1..100, rank 2 holds 80..99 (behind by one)
+    write(tmp_path, "t_0", dump(collectives(51, start=50, last_state="scheduled"), groups))
+    old = collectives(100, last_state="scheduled")
+    old[10]["input_sizes"] = [[99]]  # outside rank 0's and 2's window: must not count
+    write(tmp_path, "t_1", dump(old, groups))
+    write(tmp_path, "t_2", dump(collectives(20, start=80), groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,) and s.collective_seq_id == 100
+
+
+def test_matching_send_recv_pairs_are_not_findings(tmp_path):
+    for r in (0, 1):
+        es = collectives(3, lib="nccl2")
+        op = "send 0->1" if r == 0 else "recv 1<-0"
+        es += [entry(3 + i, 0, op, lib="nccl2", p2p_seq=i + 1, is_p2p=True) for i in range(3)]
+        es.append(entry(6, 4, lib="nccl2"))
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(es, WORLD2))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NO_HANG and s.findings == ()
+
+
+def test_in_flight_send_without_a_receiver_blames_the_peer(tmp_path):
+    es0 = collectives(3) + [entry(3, 0, "send 0->1", p2p_seq=1, is_p2p=True, state="started")]
+    write(tmp_path, "nccl_trace_rank_0", dump(es0, WORLD2))
+    write(tmp_path, "nccl_trace_rank_1", dump(collectives(3), WORLD2))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (1,) and s.op == "send"
+
+
+def test_missing_dump_with_everyone_else_waiting_is_dump_missing(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2, 3])}
+    for r in (0, 1, 2):
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(4, last_state="started"), groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.DUMP_MISSING and s.culprit_ranks == (3,) and s.ranks_missing == (3,)
+    assert s.findings[0].culprit_states[0].state == "no_dump"
+
+
+def test_dtype_mismatch_and_global_ranks_of_a_sub_group(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2, 3]), "5": ("tp", [1, 3])}
+    for r in range(4):
+        es = collectives(2)
+        if r in (1, 3):
+            es.append(entry(2, 1, pg=("5", "tp"), dtype="BFloat16" if r == 3 else "Float", state="scheduled"))
+        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(es, groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.DTYPE_MISMATCH
+    assert s.process_group.ranks == (1, 3) and s.process_group.desc == "tp"
+    assert s.findings[0].confidence == "low"  # two members: a tie
+
+
+def test_coalesced_entries_sharing_a_sequence_id_are_one_collective(tmp_path):
+    for r in (0, 1, 2):
+        es = collectives(2) + [entry(2, 3, size=4), entry(3, 3, size=8), entry(4, 3, "coalesced")]
+        write(tmp_path, f"t{r}", dump(es, {"0": ("default_pg", [0, 1, 2])}))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NO_HANG

@@ -1,0 +1,97 @@
+"""Finding, reading and deduplicating dump files; every bad-input mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from synth import collectives, dump, write
+
+from lightning_ncclx.analysis import Verdict, analyze_folder
+from lightning_ncclx.analysis.load import classify, load_folder
+from lightning_ncclx.errors import DumpReadError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-h200"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("rank_00003.nccl2.fr.pkl", ("trace", 3, "nccl2")), ("rank_00003.gloo.fr.json", ("trace", 3, "gloo")),
+    ("rank_00003.context.json", ("context", 3, "")), ("rank_00003.stacks.txt", ("stacks", 3, "")),
+    ("nccl_trace_rank_3", ("trace", 3, "")), ("comm_lib_trace_rank_12", ("trace", 12, "")),
+    ("trace_3.json", ("trace", 3, "")), ("summary.json", None), ("README.md", None), ("summary.html", None),
+])
+def test_file_names_are_classified(name, expected):
+    assert classify(name) == expected
+
+
+def test_real_nccl_pickle_and_json_read_alike():
+    pkl = load_folder(DATA / "ws1_2000_entries.pkl").traces[0]
+    js = load_folder(DATA / "ws1_2000_entries.json").traces[0]
+    assert pkl.lib == js.lib == "nccl" and pkl.n_entries == js.n_entries == 2000
+    assert pkl.groups["0"].seqs == js.groups["0"].seqs and pkl.groups["0"].sigs == js.groups["0"].sigs
+    assert pkl.groups["0"].oldest_seq == 104 and pkl.groups["0"].newest_seq == 2103
+
+
+def test_real_watchdog_timeout_dump_shows_the_stuck_all_reduce():
+    s = analyze_folder(DATA / "watchdog_timeout_rank_0.pkl")
+    assert s.verdict is Verdict.NO_HANG  # one rank, it entered: nobody is missing from it
+    assert "all_reduce (seq 21)" in s.notes[0]
+    row = s.per_rank[0]
+    assert row.state == "in_collective" and row.location == "probe/timeout_probe.py:26 in <module>"
+
+
+def test_pickle_and_json_mixed_and_duplicate_copies_are_deduplicated(tmp_path):
+    for r in range(3):
+        data = dump(collectives(5, last_state="scheduled" if r != 2 else "completed") if r != 2 else collectives(4),
+                    {"0": ("default_pg", [0, 1, 2])})
+        if r == 1:
+            (tmp_path / "rank_00001.nccl.fr.json").write_text(json.dumps(data))
+        else:
+            write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", data)
+    host_copy = tmp_path / "ranks" / "hostb"
+    host_copy.mkdir(parents=True)
+    shutil.copy(tmp_path / "rank_00002.nccl.fr.pkl", host_copy)
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("hello")
+    s = analyze_folder(tmp_path)
+    assert s.ranks_seen == (0, 1, 2) and s.unreadable == ()
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,)
+
+
+def test_missing_path_raises():
+    with pytest.raises(DumpReadError, match="no such file"):
+        load_folder("/nonexistent/dumps")
+
+
+def test_empty_folder_gives_no_ranks(tmp_path):
+    s = analyze_folder(tmp_path)
+    assert s.ranks_seen == () and s.verdict is Verdict.NO_HANG
+
+
+@pytest.mark.parametrize("content, why", [
+    (os.urandom(64).replace(b"\x80", b"\x00").replace(b"{", b"("), "neither a pickle nor JSON"),
+    (b"\x80\x04\x95\x10\x00\x00", "not a valid pickle"),
+    (pickle.dumps([1, 2, 3]), "top level is list"),
+    (pickle.dumps({"version": "1.0", "entries": []}), "unsupported flight-recorder format version"),
+    (pickle.dumps({"version": "2.10", "entries": [{"nope": 1}]}), "malformed entry"),
+    (b"{not json", "not valid JSON"),
+])
+def test_bad_files_are_listed_as_unreadable_and_the_rest_analyzed(tmp_path, content, why):
+    write(tmp_path, "rank_00000.nccl.fr.pkl", dump(collectives(3), {"0": ("default_pg", [0, 1])}))
+    (tmp_path / "rank_00001.nccl.fr.pkl").write_bytes(content)
+    s = analyze_folder(tmp_path)
+    assert s.ranks_seen == (0,) and s.ranks_missing == (1,)
+    assert len(s.unreadable) == 1 and why in s.unreadable[0].why
+    assert s.unreadable[0].path.endswith("rank_00001.nccl.fr.pkl")
+
+
+def test_parallel_loading_gives_the_same_traces(tmp_path):
+    for r in range(30):
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(20), {"0": ("default_pg", list(range(30)))}))
+    serial = load_folder(tmp_path, workers=1)
+    parallel = load_folder(tmp_path, workers=2)
+    assert [t.groups for t in serial.traces] == [t.groups for t in parallel.traces]

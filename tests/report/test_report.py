@@ -1,0 +1,69 @@
+"""Summary -> text / JSON / Markdown / HTML and the files written next to the dumps."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_ncclx.analysis import SCHEMA, analyze_folder
+from lightning_ncclx.report import render_html, render_json, render_markdown, render_text, write_reports
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+from synth import collectives, dump, write  # noqa: E402
+
+
+@pytest.fixture
+def hung(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for r in range(3):
+        write(tmp_path / "d", f"rank_{r:05d}.nccl.fr.pkl",
+              dump(collectives(30 if r == 1 else 31, last_state="completed" if r == 1 else "started"), groups))
+    (tmp_path / "d" / "rank_00001.stacks.txt").write_text(
+        "--- thread 'MainThread' (id 1) ---\n"
+        '  File "train.py", line 10, in <module>\n    main()\n'
+        '  File "train.py", line 7, in load_batch\n    time.sleep(100)\n')
+    return analyze_folder(tmp_path / "d")
+
+
+def test_text_is_plain_and_leads_with_the_culprit(hung):
+    text = render_text(hung)
+    assert isinstance(text, str) and "[bold" not in text and "\x1b[" not in text
+    first = text.splitlines()[:5]
+    assert first[0] == "HANG: not_entered - culprit rank(s) 1"
+    assert any("train.py:7 in load_batch" in line for line in first)
+
+
+def test_json_is_the_documented_form(hung):
+    d = json.loads(render_json(hung))
+    assert d["schema"] == SCHEMA and d["verdict"] == "not_entered" and d["culprit_ranks"] == [1]
+    assert d["process_group"] == {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2], "backend": "nccl"}
+    assert d["collective_seq_id"] == 31 and d["op"] == "all_reduce" and d["waiting_ranks"] == [0, 2]
+    for key in ("findings", "unreadable", "ranks_seen", "ranks_missing", "hosts", "dump_locations", "stragglers",
+                "per_rank", "context"):
+        assert key in d
+    f = d["findings"][0]
+    assert {"kind", "ranks", "group", "seq", "op", "sizes", "dtypes", "message", "culprit_states"} <= set(f)
+
+
+def test_markdown_has_the_table(hung):
+    md = render_markdown(hung)
+    assert md.startswith("# Hang summary: `not_entered`") and "| culprit ranks | 1 |" in md
+
+
+def test_html_is_self_contained_with_a_timeline(hung):
+    page = render_html(hung)
+    assert "<svg" in page and "rank 1" in page and "outside_collective" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
+    assert "<link" not in page and "<script src" not in page
+
+
+def test_write_reports_writes_three_files_atomically(hung, tmp_path):
+    paths = write_reports(hung, tmp_path / "out")
+    assert sorted(p.name for p in paths.values()) == ["summary.html", "summary.json", "summary.txt"]
+    assert json.loads(paths["json"].read_text())["verdict"] == "not_entered"
+    assert not list((tmp_path / "out").glob("*.tmp"))
+    # the summaries themselves are never read back as dumps
+    assert analyze_folder(tmp_path / "out").ranks_seen == ()

@@ -1,0 +1,69 @@
+"""``lightning-ncclx summarize``: exit codes 0/1/2, formats, and no traceback on bad input."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "analysis"))
+from synth import collectives, dump, write  # noqa: E402
+
+from lightning_ncclx.cli import main  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "nccl-h200"
+
+
+class _Evil:
+    def __reduce__(self):
+        return (exec, ("open('/tmp/_ncclx_pwned', 'w').write('x')",))
+
+
+def _hang(folder: Path) -> Path:
+    groups = {"0": ("default_pg", [0, 1])}
+    write(folder, "nccl_trace_rank_0", dump(collectives(5, last_state="started"), groups))
+    write(folder, "nccl_trace_rank_1", dump(collectives(4), groups))
+    return folder
+
+
+def test_no_hang_exits_0(capsys):
+    assert main(["summarize", str(DATA)]) == 0
+    assert "NO HANG FOUND" in capsys.readouterr().out
+
+
+def test_hang_exits_1_and_every_format_renders(tmp_path, capsys):
+    folder = _hang(tmp_path / "d")
+    assert main(["summarize", str(folder), "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["culprit_ranks"] == [1]
+    for fmt in ("text", "markdown", "html"):
+        assert main(["summarize", str(folder), "--format", fmt, "--output", str(tmp_path / f"o.{fmt}")]) == 1
+        assert (tmp_path / f"o.{fmt}").stat().st_size > 100
+
+
+def test_bad_inputs_exit_2_with_a_message(tmp_path, capsys):
+    assert main(["summarize", str(tmp_path / "missing")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["summarize", str(tmp_path / "empty")]) == 2
+    assert "no readable flight-recorder dump" in capsys.readouterr().err
+
+
+def test_malicious_pickle_is_refused_in_a_real_process_without_traceback(tmp_path):
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(_Evil()))
+    (tmp_path / "nccl_trace_rank_1").write_bytes(b"\x80\x04\x95trunc")
+    proc = subprocess.run([sys.executable, "-m", "lightning_ncclx.cli", "summarize", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "refused to load builtins.exec" in proc.stderr and "Traceback" not in proc.stderr
+    assert not Path("/tmp/_ncclx_pwned").exists()
+
+
+def test_some_ranks_unreadable_still_analyzes_the_rest(tmp_path, capsys):
+    folder = _hang(tmp_path)
+    (folder / "nccl_trace_rank_2").write_bytes(b"random bytes")
+    assert main(["summarize", str(folder), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["unreadable"][0]["path"].endswith("nccl_trace_rank_2")
+    assert "skipped" in captured.err
