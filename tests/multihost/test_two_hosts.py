@@ -15,15 +15,14 @@ from typing import Any
 
 import pytest
 
+from multihost.helpers import JOB, STALL_EXIT_CODE, contexts, event_folders as _event_folders, wait_all
 from multihost.netns import Host, TwoHosts
 from support import PYTHON, clean_env
 
 pytestmark = pytest.mark.timeout(240)
 
-JOB = Path(__file__).parent / "jobs" / "multihost_job.py"
 TORCHRUN = str(Path(PYTHON).parent / "torchrun")
 MASTER_PORT = 29531  # the namespaces are fresh: no other listener can hold it
-STALL_EXIT_CODE = 75
 NODE_DIR_VARIABLE = "NCCLX_TEST_NODE_DIR"
 
 
@@ -51,30 +50,8 @@ def logs(hosts: TwoHosts) -> str:
     return "\n".join(parts)
 
 
-def wait_all(procs: list[Any], timeout: float) -> list[int | None]:
-    deadline = time.monotonic() + timeout
-    codes: list[int | None] = []
-    for proc in procs:
-        try:
-            codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
-        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
-            codes.append(None)
-    return codes
-
-
-def contexts(folder: Path) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
-    for path in sorted(folder.rglob("rank_*.context.json")):
-        data = json.loads(path.read_text())
-        out.setdefault(int(data["rank"]), data)
-    return out
-
-
 def event_folders(host: Host) -> list[Path]:
-    root = host.root / "ncclx"
-    if not root.exists():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(("stall-", "exception-", "ondemand-")))
+    return _event_folders(host.root / "ncclx")
 
 
 def test_stall_on_second_host_is_summarized_on_first_with_every_trace(two_hosts: TwoHosts) -> None:
@@ -116,7 +93,8 @@ def test_stall_on_second_host_is_summarized_on_first_with_every_trace(two_hosts:
     assert set(collection["gathered"]) == {"2", "3"}
 
     summary = json.loads((folder / "summary.json").read_text())
-    assert 3 in summary["culprit_ranks"], f"verdict {summary.get('verdict')}: {summary.get('headline')}"
+    assert summary["verdict"] == "not_entered" and summary["culprit_ranks"] == [3], \
+        f"verdict {summary.get('verdict')}: {summary.get('headline')}"
     assert summary["hosts"]["3"] == b.hostname and summary["hosts"]["0"] == a.hostname
     assert set(summary["dump_locations"]) == {a.hostname, b.hostname}, summary["dump_locations"]
     assert any(str(folder / "ranks" / b.hostname) in p for p in summary["dump_locations"][b.hostname])

@@ -1,0 +1,48 @@
+"""Small readers shared by the multi-host tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+JOB = Path(__file__).parent / "jobs" / "multihost_job.py"
+STALL_EXIT_CODE = 75
+
+
+def contexts(folder: Path) -> dict[int, dict[str, Any]]:
+    """rank -> context.json, from an event folder and its ``ranks/<host>/`` copies."""
+    out: dict[int, dict[str, Any]] = {}
+    for path in sorted(folder.rglob("rank_*.context.json")):
+        data = json.loads(path.read_text())
+        out.setdefault(int(data["rank"]), data)
+    return out
+
+
+def event_folders(dump_root: Path) -> list[Path]:
+    if not dump_root.exists():
+        return []
+    return sorted(p for p in dump_root.iterdir()
+                  if p.is_dir() and p.name.startswith(("stall-", "exception-", "ondemand-")))
+
+
+def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[int | None]:
+    """Exit codes, None for a process still running at the deadline (the caller kills it)."""
+    deadline = time.monotonic() + timeout
+    codes: list[int | None] = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    return codes
+
+
+def read_logs(paths: Sequence[Path], tail: int = 5000) -> str:
+    parts = []
+    for path in paths:
+        text = path.read_text(errors="replace") if path.exists() else "(no log)"
+        parts.append(f"===== {path} =====\n{text[-tail:]}")
+    return "\n".join(parts)
