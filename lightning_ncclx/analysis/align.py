@@ -71,12 +71,19 @@ def first_mismatch(tracks: Mapping[int, GroupTrack], lo: int, hi: int, field: st
 def vote(sigs: Mapping[int, Sig | None]) -> tuple[Sig | None, tuple[int, ...], str]:
     """Majority signature, the ranks that differ from it, and a confidence. On a tie nobody is
     singled out: every rank is returned with confidence ``low``."""
-    counts = Counter(sigs.values()).most_common()
+    frozen = {r: freeze(s) for r, s in sigs.items()}
+    counts = Counter(frozen.values()).most_common()
     top, n = counts[0]
     if len(counts) > 1 and counts[1][1] == n:
         return None, tuple(sorted(sigs)), "low"
-    odd = tuple(sorted(r for r, s in sigs.items() if s != top))
-    return top, odd, "high"
+    odd = tuple(sorted(r for r, s in frozen.items() if s != top))
+    majority = next(sigs[r] for r, s in frozen.items() if s == top)
+    return majority, odd, "high"
+
+
+def freeze(value):
+    """Lists (as dumps hold sizes) -> tuples, so a signature can be counted."""
+    return tuple(freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
@@ -98,7 +105,7 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         behind = tuple(sorted(r for r, n in newest.items() if n == low_hi))
         ahead = tuple(sorted(r for r, n in newest.items() if n > low_hi))
         sigs = {r: sig_at(t, seq) for r, t in tracks.items()}
-        majority = Counter(s for s in sigs.values() if s is not None).most_common(1)[0][0]
+        majority = next(s for s in sigs.values() if s is not None)
         confidence = "high" if len(behind) < len(ahead) else "medium"
         return Divergence("behind", seq, majority, sigs, behind, ahead, confidence, _time_at(tracks, seq))
     last = {r: t.done[-1] for r, t in tracks.items() if t.seqs}

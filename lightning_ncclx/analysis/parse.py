@@ -39,44 +39,47 @@ def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
-def _freeze(sizes: Any) -> tuple:
-    if not isinstance(sizes, list):
-        return ()
-    try:
-        return tuple(map(tuple, sizes))
-    except TypeError:
-        return tuple(sizes)
-
-
-class _Acc:
-    __slots__ = ("desc", "seqs", "sigs", "done", "times", "calls", "states")
-
-    def __init__(self, desc: str) -> None:
-        self.desc = desc
-        self.seqs: list[int] = []
-        self.sigs: list[tuple] = []
-        self.done: list[bool] = []
-        self.times: list[int] = []
-        self.calls: list[str | None] = []
-        self.states: list[str] = []
-
-    def add(self, seq: int, sig: tuple, done: bool, t: int, call: str | None, state: str) -> None:
-        if self.seqs and self.seqs[-1] == seq:  # coalesced: several entries share one sequence id
-            self.sigs[-1] = _merge(self.sigs[-1], sig)
-            self.done[-1] = self.done[-1] and done
-            self.calls[-1] = self.calls[-1] or call
-            return
-        self.seqs.append(seq)
-        self.sigs.append(sig)
-        self.done.append(done)
-        self.times.append(t)
-        self.calls.append(call)
-        self.states.append(state)
+CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is extracted from frames
 
 
 def _merge(a: tuple, b: tuple) -> tuple:
     op = a[0] if b[0] in (a[0], "coalesced") else (b[0] if a[0] == "coalesced" else f"{a[0]}+{b[0]}")
-    return (op, a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
+    return (op, list(a[1]) + list(b[1]), list(a[2]) + list(b[2]), list(a[3]) + list(b[3]), list(a[4]) + list(b[4]))
+
+
+def _track(lib: str, name: str, es: list) -> GroupTrack:
+    """Column-wise extraction (list comprehensions: the hot loop of the whole analyzer)."""
+    ops = {n: n.rpartition(":")[2] for n in {e["profiling_name"] for e in es}}
+    seqs = [e["collective_seq_id"] for e in es]
+    sigs = list(zip([ops[e["profiling_name"]] for e in es], [e.get("input_sizes") or [] for e in es],
+                    [e.get("input_dtypes") or [] for e in es], [e.get("output_sizes") or [] for e in es],
+                    [e.get("output_dtypes") or [] for e in es]))
+    states = [e.get("state", "") for e in es]
+    if lib == "gloo":  # gloo never leaves "scheduled": retired is the only progress signal
+        done = [bool(e.get("retired")) for e in es]
+    else:
+        done = [s == "completed" or bool(e.get("retired")) for s, e in zip(states, es)]
+    times = [e.get("time_created_ns") or 0 for e in es]
+    k = max(0, len(es) - CALLSITE_WINDOW)
+    calls = [None] * k + [innermost_user_frame(e.get("frames")) for e in es[k:]]
+    if len(set(seqs)) != len(seqs):  # coalesced: several entries share one sequence id
+        seqs, sigs, done, times, calls, states = _merge_coalesced(seqs, sigs, done, times, calls, states)
+    return GroupTrack(lib, name, str(es[0]["process_group"][1]), tuple(seqs), tuple(sigs), tuple(done),
+                      tuple(times), tuple(calls), tuple(states))
+
+
+def _merge_coalesced(*cols: list) -> tuple[list, ...]:
+    out: tuple[list, ...] = tuple([] for _ in cols)
+    seqs, sigs, done, times, calls, states = out
+    for seq, sig, d, t, c, st in zip(*cols):
+        if seqs and seqs[-1] == seq:
+            sigs[-1] = _merge(sigs[-1], sig)
+            done[-1] = done[-1] and d
+            calls[-1] = calls[-1] or c
+            continue
+        for col, v in zip(out, (seq, sig, d, t, c, st)):
+            col.append(v)
+    return out
 
 
 def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrace:
@@ -98,40 +101,41 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
 
 
 def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_hint: str) -> RankTrace:
-    groups: dict[str, _Acc] = {}
-    p2p: list[P2POp] = []
-    open_ops: list[OpenOp] = []
-    libs: set[str] = set()
-    newest = 0
+    by_group: dict[str, list] = {}
+    p2p_entries = []
     for e in entries:
-        lib, _, name = e["profiling_name"].rpartition(":")
-        libs.add(lib)
-        pg = e["process_group"]
-        gname, desc = str(pg[0]), str(pg[1])
-        state = e.get("state", "")
-        done = bool(e.get("retired")) if lib == "gloo" else (state == "completed" or bool(e.get("retired")))
-        t = e.get("time_created_ns") or 0
-        if t > newest:
-            newest = t
-        seq = e.get("collective_seq_id", 0)
-        is_p2p = bool(e.get("is_p2p")) or (seq == 0 and e.get("p2p_seq_id", 0) > 0)
-        if is_p2p:
-            p2p.append(_p2p(gname, name, e.get("p2p_seq_id", 0), done))
+        if e.get("is_p2p") or (e["collective_seq_id"] == 0 and e.get("p2p_seq_id", 0) > 0):
+            p2p_entries.append(e)
         else:
-            acc = groups.get(gname)
-            if acc is None:
-                acc = groups[gname] = _Acc(desc)
-            sig = (name, _freeze(e.get("input_sizes")), tuple(e.get("input_dtypes") or ()),
-                   _freeze(e.get("output_sizes")), tuple(e.get("output_dtypes") or ()))
-            acc.add(seq, sig, done, t, innermost_user_frame(e.get("frames")), state)
-        if not done:
-            open_ops.append(OpenOp(lib, gname, desc, e.get("p2p_seq_id", 0) if is_p2p else seq, name, is_p2p,
-                                   state, t, format_frames(e.get("frames"))))
+            by_group.setdefault(str(e["process_group"][0]), []).append(e)
+    libs = {n.rpartition(":")[0] for n in {e["profiling_name"] for e in entries}}
     lib = _pick_lib(libs, lib_hint)
-    tracks = {g: GroupTrack(lib, g, a.desc, tuple(a.seqs), tuple(a.sigs), tuple(a.done), tuple(a.times),
-                            tuple(a.calls), tuple(a.states)) for g, a in groups.items()}
+    tracks = {g: _track(lib, g, es) for g, es in by_group.items()}
+    p2p = []
+    open_ops: list[OpenOp] = []
+    for e in p2p_entries:
+        done = bool(e.get("retired")) if lib == "gloo" else (e.get("state") == "completed" or bool(e.get("retired")))
+        p2p.append(_p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], e.get("p2p_seq_id", 0), done))
+    for e in entries:
+        _maybe_open(e, lib, open_ops)
+    newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
+    newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
     return RankTrace(rank, lib, path, version, parse_pg_config(dump.get("pg_config")), tracks, tuple(p2p),
                      tuple(open_ops), len(entries), newest)
+
+
+def _maybe_open(e: dict, lib: str, out: list) -> None:
+    if lib == "gloo":
+        if e.get("retired"):
+            return
+    elif e.get("state") == "completed" or e.get("retired"):
+        return
+    seq = e["collective_seq_id"]
+    is_p2p = bool(e.get("is_p2p")) or (seq == 0 and e.get("p2p_seq_id", 0) > 0)
+    pg = e["process_group"]
+    out.append(OpenOp(lib, str(pg[0]), str(pg[1]), e.get("p2p_seq_id", 0) if is_p2p else seq,
+                      e["profiling_name"].rpartition(":")[2], is_p2p, e.get("state", ""),
+                      e.get("time_created_ns") or 0, format_frames(e.get("frames"))))
 
 
 def _pick_lib(libs: set[str], hint: str) -> str:

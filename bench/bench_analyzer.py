@@ -1,0 +1,154 @@
+#!/usr/bin/env python
+"""Time ``lightning-ncclx summarize`` against torch's ``torchfrtrace`` on the same synthetic dumps.
+
+For each world size: N pickles named ``nccl_trace_rank_<r>`` (what torchfrtrace reads), torch's
+format 2.10, legacy-NCCL-like (``nccl:all_reduce``/``all_gather``/``broadcast``, valid
+``pg_config``, 3-5 ``frames`` per entry), ENTRIES entries per rank; rank N//3 never entered the
+last all_reduce (one injected culprit). Each tool runs as a child process; wall time and peak RSS
+(largest process, from ``wait4``) are measured; a run past ``--cap`` seconds is killed.
+
+    .venv/bin/python bench/bench_analyzer.py                      # 64, 256, 1024 ranks x 2000
+    .venv/bin/python bench/bench_analyzer.py --sizes 64,256 --cap 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = 1_796_000_000_000_000_000
+OPS = ("all_reduce", "all_reduce", "all_reduce", "all_gather", "broadcast")
+FRAMES = [
+    [{"name": "all_reduce", "filename": "site-packages/torch/distributed/distributed_c10d.py", "line": 3068},
+     {"name": "wrapper", "filename": "site-packages/torch/distributed/c10d_logger.py", "line": 83},
+     {"name": "reduce_gradients", "filename": "train/ddp.py", "line": 120 + k},
+     {"name": "training_step", "filename": "train/loop.py", "line": 40 + k},
+     {"name": "<module>", "filename": "train/main.py", "line": 12}] for k in range(len(OPS))]
+
+
+def make_entries(rank: int, world: int, entries: int, culprit: int, rng: random.Random) -> list[dict]:
+    out = []
+    last = entries if rank != culprit else entries - 1
+    for i in range(last):
+        seq = i + 1
+        k = i % len(OPS)
+        n = 1 << (10 + k)
+        out_sizes = [[n * world]] if OPS[k] == "all_gather" else [[n]]
+        final = i == entries - 1
+        out.append({
+            "frames": FRAMES[k], "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"),
+            "thread_name": "pt_main_thread", "thread_id": "140692137763136", "collective_seq_id": seq,
+            "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"nccl:{OPS[k]}",
+            "time_created_ns": T0 + seq * 5_000_000 + rng.randrange(0, 200_000) + (300_000 if rank == 7 else 0),
+            "input_sizes": [[n]], "input_dtypes": ["Float"], "output_sizes": out_sizes, "output_dtypes": ["Float"],
+            "state": "started" if final else "completed", "time_discovered_started_ns": None,
+            "time_discovered_completed_ns": None if final else T0 + seq * 5_000_000 + 900_000,
+            "retired": not final, "timeout_ms": 600000, "is_p2p": False,
+        })
+    return out
+
+
+def generate(folder: Path, world: int, entries: int) -> None:
+    marker = folder / ".complete"
+    if marker.exists():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    rng = random.Random(world)
+    pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    for rank in range(world):
+        dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.28.9",
+                "pg_status": {"0": {"last_enqueued_collective": entries, "last_started_collective": -1,
+                                    "last_completed_collective": entries - 1}},
+                "entries": make_entries(rank, world, entries, world // 3, rng)}
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=4))
+    marker.touch()
+
+
+def run_child(cmd: list[str], cap_s: float) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    deadline = start + cap_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            return {"seconds": None, "peak_rss_mib": None, "rc": None, "note": f"killed after {cap_s:.0f} s"}
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    return {"seconds": time.perf_counter() - start, "peak_rss_mib": usage.ru_maxrss / 1024, "rc": proc.returncode,
+            "note": err.strip().splitlines()[-1][:100] if proc.returncode not in (0, 1) and err.strip() else ""}
+
+
+def bench_size(root: Path, world: int, entries: int, cap_s: float) -> dict:
+    folder = root / f"ranks{world}_entries{entries}"
+    t = time.perf_counter()
+    generate(folder, world, entries)
+    size_mib = sum(p.stat().st_size for p in folder.glob("nccl_trace_rank_*")) / 2**20
+    out_json = root / f"summary_{world}.json"
+    ours = run_child([sys.executable, "-m", "lightning_ncclx.cli", "summarize", str(folder), "--format", "json",
+                      "--output", str(out_json)], cap_s)
+    culprits = json.loads(out_json.read_text())["culprit_ranks"] if out_json.exists() else None
+    theirs = run_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder),
+                        "-p", "nccl_trace_rank_"], cap_s)
+    return {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
+            "ours": ours, "ours_culprits": culprits, "expected_culprit": world // 3, "torchfrtrace": theirs}
+
+
+def _fmt(r: dict) -> str:
+    return "-" if r["seconds"] is None else f"{r['seconds']:.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| ranks x entries | dumps (MiB) | summarize (s) | peak RSS (MiB) | culprit found | torchfrtrace (s) | "
+             "peak RSS (MiB) | speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        o, t = r["ours"], r["torchfrtrace"]
+        if o["seconds"] and t["seconds"]:
+            speed = f"{t['seconds'] / o['seconds']:.1f}x"
+        elif o["seconds"] and t["seconds"] is None:
+            speed = f"> {float(t['note'].split()[2]) / o['seconds']:.0f}x" if t["note"] else "?"
+        else:
+            speed = "?"
+        ok = "yes" if r["ours_culprits"] == [r["expected_culprit"]] else f"no ({r['ours_culprits']})"
+        lines.append(f"| {r['ranks']} x {r['entries']} | {r['dump_mib']} | {_fmt(o)} | "
+                     f"{o['peak_rss_mib'] and round(o['peak_rss_mib'])} | {ok} | {_fmt(t)}{' (' + t['note'] + ')' if t['note'] else ''} | "
+                     f"{t['peak_rss_mib'] and round(t['peak_rss_mib'])} | {speed} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="64,256,1024", help="comma-separated world sizes")
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--cap", type=float, default=600.0, help="seconds per tool run before it is killed")
+    parser.add_argument("--root", type=Path, default=REPO / "bench" / "results" / "analyzer",
+                        help="where dumps are generated (kept between runs) and results written")
+    args = parser.parse_args(argv)
+    rows = []
+    for world in (int(s) for s in args.sizes.split(",") if s.strip()):
+        rows.append(bench_size(args.root, world, args.entries, args.cap))
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}\n")
+    print(table(rows))
+    (args.root / "results.json").write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
