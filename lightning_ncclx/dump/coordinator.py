@@ -111,6 +111,8 @@ class EventCoordinator:
         self.rank = rank
         self.world_size = world_size
         self.last_seen = 0
+        self.name_taken: Callable[[str], bool] = lambda name: False
+        """Set by the owner: True when an event folder of that name exists (an earlier run)."""
         self._clock = clock
         self._sleep = sleep
 
@@ -122,7 +124,13 @@ class EventCoordinator:
     def propose(self, reason: str) -> EventInfo:
         """Ask for an event; returns the one agreed on (ours, or a concurrent proposer's that won)."""
         number = self.last_seen + 1
-        mine = EventInfo(number, event_name(reason, number, self.rank), reason, self.rank)
+        name = event_name(reason, number, self.rank)
+        try:
+            if self.name_taken(name):
+                name = f"{name}-{int(time.time())}"
+        except Exception:  # noqa: BLE001
+            pass
+        mine = EventInfo(number, name, reason, self.rank)
         raw = self.store.compare_set(f"ev/{number}/meta", "", mine.to_json())
         self.last_seen = number
         return EventInfo.from_json(number, raw)

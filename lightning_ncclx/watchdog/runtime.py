@@ -52,6 +52,7 @@ class WatchdogRuntime:
         self.heartbeat = Heartbeat(config, clock=clock)
         self.rank, self.world_size, store = _job_identity()
         self.coordinator = EventCoordinator(store, self.rank, self.world_size, clock=clock)
+        self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
         self.stall_events = 0
         self.results: list[CollectionResult] = []
         self.pending_log_events: list[str] = []
@@ -211,6 +212,9 @@ class WatchdogRuntime:
         """Main thread, from ``on_exception``: dump this rank and ask the others; never raises."""
         text = f"{type(exception).__name__}: {exception}"
         if not self.config.dump_on_exception:
+            return
+        if isinstance(exception, (KeyboardInterrupt, SystemExit)):
+            log.info("[rank %d] %s: no exception dump (send SIGUSR2 for an on-demand one)", self.rank, text)
             return
         if not self._event_lock.acquire(timeout=self.config.collect_timeout_seconds + 10.0):
             log.warning("[rank %d] the watchdog is busy: no exception dump", self.rank)

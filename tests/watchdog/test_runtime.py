@@ -71,6 +71,12 @@ def test_on_exception_dumps_without_exiting(tmp_path: Path) -> None:
     assert exits == []  # the exception itself ends this rank
 
 
+def test_keyboard_interrupt_is_not_an_exception_dump(tmp_path: Path) -> None:
+    runtime, clock, exits = make_runtime(tmp_path)
+    runtime.on_exception(KeyboardInterrupt())
+    assert not (tmp_path / "dumps").exists()
+
+
 def test_sigusr2_sets_a_flag_and_the_thread_dumps(tmp_path: Path) -> None:
     previous = signal.getsignal(signal.SIGUSR2)
     runtime, clock, exits = make_runtime(tmp_path, poll_interval_seconds=5.0)
@@ -154,3 +160,14 @@ def test_default_dump_dir_follows_default_root_dir(tmp_path: Path, monkeypatch) 
         default_root_dir = str(tmp_path)
 
     assert StallWatchdog().resolved_dump_dir(T()) == tmp_path / "ncclx_dumps"
+
+
+def test_an_earlier_runs_event_folder_is_not_reused(tmp_path: Path) -> None:
+    (tmp_path / "dumps" / "stall-001").mkdir(parents=True)
+    runtime, clock, exits = make_runtime(tmp_path)
+    runtime.heartbeat.train_batch_start()
+    clock.now += 6.0
+    runtime._tick()
+    names = sorted(p.name for p in (tmp_path / "dumps").iterdir())
+    assert len(names) == 2 and names[1].startswith("stall-001-")
+    assert not list((tmp_path / "dumps" / "stall-001").iterdir())
