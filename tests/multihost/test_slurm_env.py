@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ from support import PYTHON, clean_env, free_port, kill_session, start_job
 
 pytestmark = pytest.mark.timeout(240)
 
+GATHER = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "gather_dumps.sh"
+
 NODES, TASKS_PER_NODE = 2, 2
 WORLD = NODES * TASKS_PER_NODE
 
 
-def slurm_task_env(rank: int, job_id: str, nodelist: str, hostnames: list[str], tmpdir: Path) -> dict[str, str]:
+def slurm_task_env(rank: int, job_id: str, nodelist: str, node_names: list[str], tmpdir: Path) -> dict[str, str]:
     """What srun exports to task ``rank`` of ``srun --nodes=2 --ntasks-per-node=2`` (the ones
     Lightning and lightning-ncclx read, and a few more for realism)."""
     node = rank // TASKS_PER_NODE
@@ -37,7 +41,7 @@ def slurm_task_env(rank: int, job_id: str, nodelist: str, hostnames: list[str], 
         "SLURM_TASKS_PER_NODE": f"{TASKS_PER_NODE}(x{NODES})", "SLURM_NNODES": str(NODES),
         "SLURM_JOB_NUM_NODES": str(NODES), "SLURM_NODELIST": nodelist, "SLURM_JOB_NODELIST": nodelist,
         "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank % TASKS_PER_NODE), "SLURM_NODEID": str(node),
-        "SLURMD_NODENAME": hostnames[node], "SLURM_CPUS_ON_NODE": "2", "SLURM_SUBMIT_DIR": str(tmpdir.parent),
+        "SLURMD_NODENAME": node_names[node], "SLURM_CPUS_ON_NODE": "2", "SLURM_SUBMIT_DIR": str(tmpdir.parent),
         "TMPDIR": str(tmpdir), "OMP_NUM_THREADS": "1",
     }
 
@@ -78,16 +82,15 @@ def _check_outcome(job_id: str, node_tmp: list[Path], hostnames: list[str], code
 def test_slurm_variables_two_nodes_on_one_machine(tmp_path: Path) -> None:
     job_id = str(70000 + secrets.randbelow(9999))
     node_tmp = [tmp_path / f"node{n}_tmp" for n in range(NODES)]
-    import socket
-
     hostnames = [socket.gethostname()] * NODES
+    node_names = [f"node{n}" for n in range(NODES)]  # SLURMD_NODENAME; one hostname for both here
     port = free_port()
     procs, logs = [], []
     try:
         for rank in range(WORLD):
             node = rank // TASKS_PER_NODE
             node_tmp[node].mkdir(exist_ok=True)
-            env = clean_env({**slurm_task_env(rank, job_id, "127.0.0.1", hostnames, node_tmp[node]),
+            env = clean_env({**slurm_task_env(rank, job_id, "127.0.0.1", node_names, node_tmp[node]),
                              "MASTER_PORT": str(port)})  # one machine: a free port, not the job-id one
             logs.append(tmp_path / f"task_{rank}.log")
             procs.append(start_job([PYTHON, str(JOB), *JOB_ARGS], env=env, cwd=tmp_path, log=logs[-1]))
@@ -97,6 +100,27 @@ def test_slurm_variables_two_nodes_on_one_machine(tmp_path: Path) -> None:
             kill_session(proc)
             proc.wait()
     _check_outcome(job_id, node_tmp, hostnames, codes, read_logs(logs))
+
+    # examples/slurm/train.sbatch's last steps: each node's folder to the shared log folder, then
+    # one summary per event from every node's copy
+    shared = tmp_path / "shared" / "ncclx_dumps"
+    for node in range(NODES):
+        env = clean_env({**slurm_task_env(node * TASKS_PER_NODE, job_id, "127.0.0.1", node_names, node_tmp[node]),
+                         "NCCLX_PYTHON": PYTHON})
+        done = subprocess.run(["bash", str(GATHER), "node", f"{node_tmp[node]}/ncclx/{job_id}", str(shared)],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(["bash", str(GATHER), "merge", str(shared)], env=clean_env({"NCCLX_PYTHON": PYTHON}),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (shared / "nodes").iterdir()) == node_names
+    merged = shared / "stall-001"
+    assert sorted(p.name for p in (merged / "ranks").iterdir()) == node_names
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["verdict"] == "not_entered" and summary["culprit_ranks"] == [3], done.stdout
+    assert summary["ranks_seen"] == list(range(WORLD)) and summary["ranks_missing"] == []
+    assert (merged / "summary.txt").is_file() and (merged / "summary.html").is_file()
+    assert (merged / "ranks" / "node0" / "summary.json").is_file(), "the job's own summary should be kept"
 
 
 def test_slurm_variables_two_nodes_in_namespaces(request: pytest.FixtureRequest, tmp_path: Path) -> None:
