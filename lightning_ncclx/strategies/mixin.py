@@ -153,6 +153,14 @@ class NcclxStrategyMixin:
             atexit.register(_destroy_dist_connection)
         if getattr(self, "global_rank", 0) == 0:
             log.info(self.ncclx_setup_line())
+            if self.ncclx.watchdog.enabled and os.environ.get("TORCH_FR_BUFFER_SIZE", "").strip() in ("0", ""):
+                log.warning(
+                    "%s: the stall watchdog is on but the flight recorder is off (TORCH_FR_BUFFER_SIZE=%r): stall "
+                    "dumps will hold stacks and context but no collective trace, and the culprit collective "
+                    "cannot be named; set ncclx.flight_recorder.buffer_size > 0",
+                    self.strategy_name,
+                    os.environ.get("TORCH_FR_BUFFER_SIZE", ""),
+                )
 
     def ncclx_setup_line(self) -> str:
         """One line: asked backend, what serves each device, NCCL version, recorder, dumps, timeouts."""

@@ -131,7 +131,9 @@ class StallWatchdog(Callback):
                 self._record_events(trainer, runtime)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        self._beat(Phase.idle, trainer)
+        # Epoch-end work (metric syncs, EarlyStopping, checkpoint callbacks) runs collectives that
+        # can hang too: watch it with the validation threshold until the next epoch or fit's end.
+        self._beat(Phase.validation, trainer)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._beat(Phase.idle, trainer)

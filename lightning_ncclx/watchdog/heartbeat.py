@@ -34,7 +34,7 @@ class Phase(str, Enum):
     validation = "validation"
     checkpoint = "checkpoint"
     idle = "idle"
-    """Between epochs, after fit, before teardown: never a stall."""
+    """After fit, validate, test or predict, before teardown: never a stall."""
 
 
 @dataclass(frozen=True)

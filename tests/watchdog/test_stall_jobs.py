@@ -47,6 +47,15 @@ def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: i
     assert_culprit(folder, culprit, result.log)
 
 
+def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
+    result = run_job(tmp_path, "--fault", "stuck_epoch_end", "--fault-rank", "1", "--strategy", default_strategy())
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    folder = _one_stall(result)
+    found = assert_every_rank_dumped(folder, WORLD, result.log)
+    assert {ctx["phase"] for ctx in found.values()} == {"validation"}
+    assert_culprit(folder, 1, result.log)
+
+
 def test_stuck_rank_stack_shows_where_it_waits(tmp_path: Path) -> None:
     """Stock ``ddp`` + an explicit StallWatchdog callback (no ncclx strategy involved)."""
     result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", "ddp")

@@ -7,7 +7,8 @@ Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
 Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
 (skips an all_reduce on a sub-group), ``other_collective`` (all_gather where the others
 all_reduce), ``stuck_train`` (sleeps in training_step), ``stuck_loader`` (sleeps in the dataset),
-``raise`` (RuntimeError in training_step), ``healthy_slow`` (slow first step, slow steps, a long
+``raise`` (RuntimeError in training_step), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
+while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch and a slow checkpoint: no alarm expected).
 """
 
@@ -107,6 +108,12 @@ class Model(LightningModule):
             else:
                 dist.all_reduce(t, group=self.sub)
         return self.layer(batch).sum()
+
+    def on_train_epoch_end(self) -> None:
+        if self.args.fault == "stuck_epoch_end" and self.sub is not None:
+            if rank() == self.args.fault_rank:
+                time.sleep(FOREVER)  # the others wait in the epoch-end all_reduce below
+            dist.all_reduce(torch.ones(1), group=self.sub)
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         if self.args.fault == "healthy_slow" and batch_idx == 0 and not self.trainer.sanity_checking:
