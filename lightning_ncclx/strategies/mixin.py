@@ -109,6 +109,9 @@ class NcclxStrategyMixin:
         """In the launching process: refuse an unservable backend before any child starts, and
         give every rank of this run one run id (children inherit the environment)."""
         self._ncclx_backend = self._ncclx_resolve_backend()
+        configured = self.ncclx.flight_recorder.dump_dir
+        if configured is not None:
+            check_writable_folder(resolve_dump_dir(configured, None), "ncclx.flight_recorder.dump_dir")
         if run_id_from_environment() is None:
             os.environ[RUN_ID_VARIABLE] = new_run_id()
 

@@ -129,6 +129,7 @@ def test_hydra_target_works_without_prior_import(tmp_path: Path) -> None:
         ({"backend": "nccl2"}, r"ncclx.backend='nccl2' needs CUDA devices, but this job runs on 'cpu'"),
         ({"backend": "mpi"}, r"ncclx.backend='mpi' is not valid"),
         ({"flight_recorder": {"buffer_size": -5}}, r"ncclx.flight_recorder.buffer_size=-5 is not valid"),
+        ({"flight_recorder": {"dump_dir": "/proc/ncclx-dumps"}}, r"ncclx.flight_recorder.dump_dir: the dump folder '/proc/ncclx-dumps' is not writable"),
     ],
 )
 def test_bad_settings_are_refused_before_launch(tmp_path: Path, settings: dict, message: str) -> None:
