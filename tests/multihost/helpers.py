@@ -28,16 +28,22 @@ def event_folders(dump_root: Path) -> list[Path]:
                   if p.is_dir() and p.name.startswith(("stall-", "exception-", "ondemand-")))
 
 
-def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[int | None]:
-    """Exit codes, None for a process still running at the deadline (the caller kills it)."""
-    deadline = time.monotonic() + timeout
-    codes: list[int | None] = []
-    for proc in procs:
-        try:
-            codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            codes.append(None)
-    return codes
+def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float, grace: float = 45.0) -> list[int | None]:
+    """Exit codes, None for a process still running when the caller should give up: at
+    ``timeout``, or ``grace`` seconds after the first process ended (in a healthy stall run every
+    rank ends within seconds of the others; a rank that died early, e.g. at import, leaves the
+    rest blocked until the rendezvous timeout). The caller kills what is left."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while time.monotonic() < deadline:
+        codes = [proc.poll() for proc in procs]
+        if None not in codes:
+            return codes  # type: ignore[return-value]
+        if any(code is not None for code in codes):
+            deadline = min(deadline, time.monotonic() + grace)
+            grace = float("inf")  # set the deadline once
+        time.sleep(0.2)
+    return [proc.poll() for proc in procs]
 
 
 def read_logs(paths: Sequence[Path], tail: int = 5000) -> str:
