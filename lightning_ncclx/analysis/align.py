@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping
 
+from lightning_ncclx.analysis.columns import freeze
 from lightning_ncclx.analysis.model import GroupTrack, Sig
 
 
@@ -36,7 +37,7 @@ def _window(track: GroupTrack, lo: int, hi: int) -> tuple[int, int]:
 
 def sig_at(track: GroupTrack, seq: int) -> Sig | None:
     i = bisect_left(track.seqs, seq)
-    return track.sigs[i] if i < len(track.seqs) and track.seqs[i] == seq else None
+    return track.sig(i) if i < len(track.seqs) and track.seqs[i] == seq else None
 
 
 def _index_at(track: GroupTrack, seq: int) -> int | None:
@@ -44,9 +45,10 @@ def _index_at(track: GroupTrack, seq: int) -> int | None:
     return i if i < len(track.seqs) and track.seqs[i] == seq else None
 
 
-def first_mismatch(tracks: Mapping[int, GroupTrack], lo: int, hi: int, field: str = "sigs") -> int | None:
-    """The first sequence id in [lo, hi] where any two ranks' ``field`` (signatures, call sites)
-    differ. Equal slices compare in C; only differing ranks are walked in Python."""
+def first_mismatch(tracks: Mapping[int, GroupTrack], lo: int, hi: int, field: str = "sig_ids") -> int | None:
+    """The first sequence id in [lo, hi] where any two ranks' ``field`` (signature ids, call
+    sites) differ. Equal slices compare in C (arrays: memcmp); only differing ranks are walked
+    in Python."""
     if hi < lo or len(tracks) < 2:
         return None
     slices = {}
@@ -81,11 +83,6 @@ def vote(sigs: Mapping[int, Sig | None]) -> tuple[Sig | None, tuple[int, ...], s
     return majority, odd, "high"
 
 
-def freeze(value):
-    """Lists (as dumps hold sizes) -> tuples, so a signature can be counted."""
-    return tuple(freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
 def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
     """Where the dumped members of one group (``tracks``: global rank -> track) first diverge."""
     filled = [t for t in tracks.values() if t.seqs]
@@ -108,8 +105,8 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         majority = next(s for s in sigs.values() if s is not None)
         confidence = "high" if len(behind) < len(ahead) else "medium"
         return Divergence("behind", seq, majority, sigs, behind, ahead, confidence, _time_at(tracks, seq))
-    last = {r: t.done[-1] for r, t in tracks.items() if t.seqs}
-    sig = filled[0].sigs[-1]
+    last = {r: bool(t.done[-1]) for r, t in tracks.items() if t.seqs}
+    sig = filled[0].sig(-1)
     if all(last.values()):
         return Divergence("healthy", top, sig, {}, (), ())
     return Divergence("in_flight", top, sig, {r: sig for r in tracks}, (), tuple(sorted(tracks)),

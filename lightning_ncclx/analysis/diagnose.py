@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import Mapping
 
 from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
@@ -149,7 +150,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
     )
 
 
-_EMPTY = GroupTrack("", "", "", (), (), (), (), (), ())
+_EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))
 
 
 def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Iterable
 
 _LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "<frozen ", "lightning_ncclx/", "/torch/", "/lightning/")
 _STDLIB = re.compile(r"/lib(64)?/python3\.\d+/(?!site-packages)")
 
 
+@lru_cache(maxsize=4096)
 def is_library_file(filename: str) -> bool:
     """True for torch/Lightning/stdlib frames: they never say where the user's code is."""
     name = filename.replace("\\", "/")
@@ -30,13 +32,15 @@ def innermost_user_frame(frames: Any) -> str | None:
     for fr in frames:
         if not isinstance(fr, dict):
             continue
-        filename = str(fr.get("filename", "?"))
-        text = format_frame(filename, fr.get("line", "?"), str(fr.get("name", "?")))
         if first is None:
-            first = text
-        if not is_library_file(filename):
-            return text
-    return first
+            first = fr
+        if not is_library_file(str(fr.get("filename", "?"))):
+            return _text(fr)
+    return None if first is None else _text(first)
+
+
+def _text(fr: dict) -> str:
+    return format_frame(str(fr.get("filename", "?")), fr.get("line", "?"), str(fr.get("name", "?")))
 
 
 def format_frames(frames: Any, limit: int = 12) -> tuple[str, ...]:

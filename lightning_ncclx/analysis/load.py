@@ -33,7 +33,8 @@ _CONTEXT = re.compile(r"^rank_(\d+)\.context\.json$")
 _STACKS = re.compile(r"^rank_(\d+)\.stacks\.txt$")
 _FOREIGN = re.compile(r"^(.*?)(\d+)(\.pkl|\.pickle|\.json)?$")
 MAX_DUMP_BYTES = 2 << 30
-PARALLEL_MIN_FILES = 24
+FILES_PER_WORKER = 12  # below this many files per process, forking costs more than it saves
+MAX_WORKERS = 16
 
 
 def classify(name: str) -> tuple[str, int, str] | None:
@@ -55,6 +56,8 @@ def classify(name: str) -> tuple[str, int, str] | None:
 
 def read_trace_file(path: str, rank: int, lib_hint: str = "") -> RankTrace | Unreadable:
     """Read and compact one dump; never raises for bad input (returns :class:`Unreadable`)."""
+    was_enabled = gc.isenabled()
+    gc.disable()  # a dump is thousands of acyclic containers: the collector only costs time here
     try:
         size = os.path.getsize(path)
         if size == 0:
@@ -68,6 +71,9 @@ def read_trace_file(path: str, rank: int, lib_hint: str = "") -> RankTrace | Unr
         return Unreadable(path, str(exc))
     except OSError as exc:
         return Unreadable(path, f"cannot read: {exc.strerror or exc}")
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _decode(raw: bytes) -> object:
@@ -79,34 +85,36 @@ def _decode(raw: bytes) -> object:
             raise DumpReadError(f"not valid JSON ({str(exc)[:80]})") from None
     if head != b"\x80":
         raise DumpReadError("neither a pickle nor JSON (unrecognised first byte)")
-    was_enabled = gc.isenabled()
-    gc.disable()  # large acyclic containers: the collector only costs time here
-    try:
-        return safe_loads(raw)
-    finally:
-        if was_enabled:
-            gc.enable()
+    return safe_loads(raw)
 
 
 def _read_many(jobs: Sequence[tuple[str, int, str]], workers: int) -> list[RankTrace | Unreadable]:
-    if workers <= 1 or len(jobs) < PARALLEL_MIN_FILES:
+    """Read in ``workers`` forked processes. What comes back per rank is a few compact arrays
+    (tens of KiB), never the entries themselves."""
+    workers = min(workers, len(jobs) // FILES_PER_WORKER)
+    if workers <= 1:
         return [read_trace_file(*job) for job in jobs]
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        chunk = max(1, len(jobs) // (workers * 4))
+        chunk = max(1, min(16, len(jobs) // (workers * 8)))
         return list(pool.map(read_trace_file, *zip(*jobs), chunksize=chunk))
 
 
 def default_workers() -> int:
-    """Processes for loading: all cores, but none when forking would be unsafe (torch, CUDA or
-    other threads already live in this process, e.g. inside a training job)."""
+    """Processes for loading: the cores this process may use (capped at 16), but none when
+    forking would be unsafe (torch, CUDA or other threads already live in this process, e.g.
+    inside a training job). Small folders are read in-process (see ``FILES_PER_WORKER``)."""
     import threading
 
     if sys.platform != "linux" or "torch" in sys.modules or threading.active_count() > 1:
         return 1
-    return min(os.cpu_count() or 1, 16)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - linux has it
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
 
 
 def walk_files(roots: Iterable[Path]) -> list[Path]:

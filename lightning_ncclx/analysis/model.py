@@ -1,6 +1,6 @@
 """Frozen types that flow through the analysis: load -> align -> diagnose -> :class:`Summary`.
 
-The bulk per-entry data stays in tuples inside :class:`GroupTrack` (one per rank and group);
+The bulk per-entry data stays in compact arrays inside :class:`GroupTrack` (one per rank and group);
 only what a report shows becomes a dataclass.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 SCHEMA = "lightning-ncclx/summary/1"
 
 # One collective as a rank saw it: (op, input_sizes, input_dtypes, output_sizes, output_dtypes),
-# sizes as tuples of tuples so signatures compare and hash.
+# canonical: sizes as tuples of tuples, dtypes as tuples, so signatures compare and hash.
 Sig = tuple
 
 
@@ -35,18 +35,22 @@ class Verdict(str, Enum):
 class GroupTrack:
     """One rank's collectives in one process group, ascending by ``collective_seq_id``.
 
-    Parallel tuples (one slot per sequence id; coalesced entries sharing an id are merged).
+    Compact parallel columns, one slot per sequence id (coalesced entries sharing an id are
+    merged): ``seqs`` and ``times_ns`` are ``array('q')``, ``done`` is ``bytes`` (1 = finished),
+    ``sig_ids`` holds a stable 64-bit id per slot (equal signatures have equal ids on every rank
+    and in every process), decoded through ``sig_table``. Only the newest slots keep a call site
+    (``callsite_tail``). No per-entry Python objects: 1024 ranks x 2000 entries stay small.
     """
 
     lib: str
     name: str
     desc: str
-    seqs: tuple[int, ...]
-    sigs: tuple[Sig, ...]
-    done: tuple[bool, ...]
-    times_ns: tuple[int, ...]
-    callsites: tuple[str | None, ...]
-    states: tuple[str, ...]
+    seqs: Sequence[int]
+    sig_ids: Sequence[int]
+    sig_table: Mapping[int, Sig]
+    done: bytes
+    times_ns: Sequence[int]
+    callsite_tail: tuple[str | None, ...] = ()
 
     @property
     def newest_seq(self) -> int:
@@ -55,6 +59,21 @@ class GroupTrack:
     @property
     def oldest_seq(self) -> int:
         return self.seqs[0] if self.seqs else 0
+
+    def sig(self, index: int) -> Sig:
+        """The decoded signature of slot ``index``."""
+        return self.sig_table[self.sig_ids[index]]
+
+    @property
+    def sigs(self) -> tuple[Sig, ...]:
+        """Every slot's decoded signature (materialized on demand; not for hot paths)."""
+        table = self.sig_table
+        return tuple(table[i] for i in self.sig_ids)
+
+    @property
+    def callsites(self) -> tuple[str | None, ...]:
+        """One call site per slot, None outside the newest ``len(callsite_tail)`` slots."""
+        return (None,) * (len(self.seqs) - len(self.callsite_tail)) + tuple(self.callsite_tail)
 
 
 @dataclass(frozen=True)

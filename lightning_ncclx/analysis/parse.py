@@ -4,8 +4,13 @@
 from __future__ import annotations
 
 import re
+from array import array
+from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
+from lightning_ncclx.analysis.columns import (canonical_sig, done_column, open_indices, seq_column, sig_columns,
+                                              sig_id, time_column)
 from lightning_ncclx.analysis.frames import format_frames, innermost_user_frame
 from lightning_ncclx.analysis.model import GroupTrack, OpenOp, P2POp, RankTrace
 from lightning_ncclx.errors import DumpReadError
@@ -18,8 +23,17 @@ def parse_ranks(value: Any) -> tuple[int, ...] | None:
     """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed."""
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return tuple(value)
-    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
-        return tuple(int(v) for v in _INT.findall(value))
+    if isinstance(value, str):
+        return _parse_rank_string(value)
+    return None
+
+
+@lru_cache(maxsize=256)
+def _parse_rank_string(value: str) -> tuple[int, ...] | None:
+    """Every rank's dump repeats the same strings (1024 ranks: 1024 x 1024 numbers): parse each
+    once per process, and share the one tuple (it then pickles and lives once per chunk)."""
+    if value.strip().startswith("[") and value.strip().endswith("]"):
+        return tuple(map(int, _INT.findall(value)))
     return None
 
 
@@ -42,44 +56,48 @@ def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
 CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is extracted from frames
 
 
+def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTrack:
+    """Compact one group's entries (all C-level columns; see :mod:`columns`)."""
+    seqs = seq_column(es)
+    done = done_column(es, lib) if done is None else done
+    times = time_column(es)
+    k = max(0, len(es) - CALLSITE_WINDOW)
+    seen: dict = {}  # one string object per distinct call site: pickles (and lives) once
+    calls = [seen.setdefault(c, c) for c in map(innermost_user_frame, map(_frames, es[k:]))]
+    if len(set(seqs)) != len(seqs):  # coalesced: several entries share one sequence id
+        return _coalesced_track(lib, name, es, seqs, done, times, [None] * k + calls)
+    ids, table = sig_columns(es)
+    return GroupTrack(lib, name, str(es[0]["process_group"][1]), seqs, ids, table, done, times, tuple(calls))
+
+
+def _frames(e: dict) -> Any:
+    return e.get("frames")
+
+
+def _coalesced_track(lib: str, name: str, es: list, seqs: array, done: bytes, times: array,
+                     calls: list) -> GroupTrack:
+    """Merge entries sharing a sequence id into one slot (rare: coalesced ops on NCCL)."""
+    out_seqs, out_sigs, out_done, out_times, out_calls = [], [], [], [], []
+    for seq, e, d, t, c in zip(seqs, es, done, times, calls):
+        sig = canonical_sig(e)
+        if out_seqs and out_seqs[-1] == seq:
+            out_sigs[-1] = _merge(out_sigs[-1], sig)
+            out_done[-1] = out_done[-1] and d
+            out_calls[-1] = out_calls[-1] or c
+            continue
+        for col, v in zip((out_seqs, out_sigs, out_done, out_times, out_calls), (seq, sig, d, t, c)):
+            col.append(v)
+    table = {sig_id(s): s for s in dict.fromkeys(out_sigs)}
+    by_sig = {s: i for i, s in table.items()}
+    n_tail = min(len(out_calls), CALLSITE_WINDOW)
+    return GroupTrack(lib, name, str(es[0]["process_group"][1]), array("q", out_seqs),
+                      array("q", [by_sig[s] for s in out_sigs]), table, bytes(out_done), array("q", out_times),
+                      tuple(out_calls[len(out_calls) - n_tail:]))
+
+
 def _merge(a: tuple, b: tuple) -> tuple:
     op = a[0] if b[0] in (a[0], "coalesced") else (b[0] if a[0] == "coalesced" else f"{a[0]}+{b[0]}")
-    return (op, list(a[1]) + list(b[1]), list(a[2]) + list(b[2]), list(a[3]) + list(b[3]), list(a[4]) + list(b[4]))
-
-
-def _track(lib: str, name: str, es: list) -> GroupTrack:
-    """Column-wise extraction (list comprehensions: the hot loop of the whole analyzer)."""
-    ops = {n: n.rpartition(":")[2] for n in {e["profiling_name"] for e in es}}
-    seqs = [e["collective_seq_id"] for e in es]
-    sigs = list(zip([ops[e["profiling_name"]] for e in es], [e.get("input_sizes") or [] for e in es],
-                    [e.get("input_dtypes") or [] for e in es], [e.get("output_sizes") or [] for e in es],
-                    [e.get("output_dtypes") or [] for e in es]))
-    states = [e.get("state", "") for e in es]
-    if lib == "gloo":  # gloo never leaves "scheduled": retired is the only progress signal
-        done = [bool(e.get("retired")) for e in es]
-    else:
-        done = [s == "completed" or bool(e.get("retired")) for s, e in zip(states, es)]
-    times = [e.get("time_created_ns") or 0 for e in es]
-    k = max(0, len(es) - CALLSITE_WINDOW)
-    calls = [None] * k + [innermost_user_frame(e.get("frames")) for e in es[k:]]
-    if len(set(seqs)) != len(seqs):  # coalesced: several entries share one sequence id
-        seqs, sigs, done, times, calls, states = _merge_coalesced(seqs, sigs, done, times, calls, states)
-    return GroupTrack(lib, name, str(es[0]["process_group"][1]), tuple(seqs), tuple(sigs), tuple(done),
-                      tuple(times), tuple(calls), tuple(states))
-
-
-def _merge_coalesced(*cols: list) -> tuple[list, ...]:
-    out: tuple[list, ...] = tuple([] for _ in cols)
-    seqs, sigs, done, times, calls, states = out
-    for seq, sig, d, t, c, st in zip(*cols):
-        if seqs and seqs[-1] == seq:
-            sigs[-1] = _merge(sigs[-1], sig)
-            done[-1] = done[-1] and d
-            calls[-1] = calls[-1] or c
-            continue
-        for col, v in zip(out, (seq, sig, d, t, c, st)):
-            col.append(v)
-    return out
+    return (op, a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
 
 
 def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrace:
@@ -96,46 +114,71 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
         raise DumpReadError(f"'entries' is {type(entries).__name__}, not a list")
     try:
         return _compact(dump, entries, rank, path, version, lib_hint)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
         raise DumpReadError(f"malformed entry ({type(exc).__name__}: {exc})") from None
 
 
 def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_hint: str) -> RankTrace:
-    by_group: dict[str, list] = {}
-    p2p_entries = []
-    for e in entries:
-        if e.get("is_p2p") or (e["collective_seq_id"] == 0 and e.get("p2p_seq_id", 0) > 0):
-            p2p_entries.append(e)
-        else:
-            by_group.setdefault(str(e["process_group"][0]), []).append(e)
-    libs = {n.rpartition(":")[0] for n in {e["profiling_name"] for e in entries}}
+    libs = {n.rpartition(":")[0] for n in set(map(_NAME, entries))}
     lib = _pick_lib(libs, lib_hint)
-    tracks = {g: _track(lib, g, es) for g, es in by_group.items()}
+    by_group, p2p_entries = _partition(entries)
+    done_all = done_column(entries, lib)
+    if len(by_group) == 1 and not p2p_entries:  # the common case: reuse the whole-dump column
+        tracks = {g: _track(lib, g, es, done_all) for g, es in by_group.items()}
+    else:
+        tracks = {g: _track(lib, g, es) for g, es in by_group.items()}
     p2p = []
-    open_ops: list[OpenOp] = []
     for e in p2p_entries:
         done = bool(e.get("retired")) if lib == "gloo" else (e.get("state") == "completed" or bool(e.get("retired")))
         p2p.append(_p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], e.get("p2p_seq_id", 0), done))
-    for e in entries:
-        _maybe_open(e, lib, open_ops)
+    open_ops = [_open_op(entries[i], lib) for i in open_indices(done_all)]
     newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
     newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
     return RankTrace(rank, lib, path, version, parse_pg_config(dump.get("pg_config")), tracks, tuple(p2p),
                      tuple(open_ops), len(entries), newest)
 
 
-def _maybe_open(e: dict, lib: str, out: list) -> None:
-    if lib == "gloo":
-        if e.get("retired"):
-            return
-    elif e.get("state") == "completed" or e.get("retired"):
-        return
+_NAME = itemgetter("profiling_name")
+_PG = itemgetter("process_group")
+_IS_P2P = itemgetter("is_p2p")
+_SEQ = itemgetter("collective_seq_id")
+
+
+def _is_p2p(e: dict) -> bool:
+    return bool(e.get("is_p2p")) or (e["collective_seq_id"] == 0 and e.get("p2p_seq_id", 0) > 0)
+
+
+def _partition(entries: list) -> tuple[dict[str, list], list]:
+    """Collectives by process group name, and point-to-point entries. One group and no p2p (the
+    common case) is detected in C; anything else walks the entries."""
+    if not entries:
+        return {}, []
+    try:
+        pgs = list(map(_PG, entries))
+        simple = (not any(map(_IS_P2P, entries)) and 0 not in map(_SEQ, entries)
+                  and pgs.count(pgs[0]) == len(pgs))
+    except KeyError:
+        simple = False
+    if simple:
+        return {str(pgs[0][0]): entries}, []
+    by_group: dict[str, list] = {}
+    p2p_entries = []
+    for e in entries:
+        if _is_p2p(e):
+            p2p_entries.append(e)
+        else:
+            by_group.setdefault(str(e["process_group"][0]), []).append(e)
+    return by_group, p2p_entries
+
+
+def _open_op(e: dict, lib: str) -> OpenOp:
+    """An entry that has not finished (see :func:`columns.done_column`) as the op a rank is in."""
     seq = e["collective_seq_id"]
-    is_p2p = bool(e.get("is_p2p")) or (seq == 0 and e.get("p2p_seq_id", 0) > 0)
+    is_p2p = _is_p2p(e)
     pg = e["process_group"]
-    out.append(OpenOp(lib, str(pg[0]), str(pg[1]), e.get("p2p_seq_id", 0) if is_p2p else seq,
-                      e["profiling_name"].rpartition(":")[2], is_p2p, e.get("state", ""),
-                      e.get("time_created_ns") or 0, format_frames(e.get("frames"))))
+    return OpenOp(lib, str(pg[0]), str(pg[1]), e.get("p2p_seq_id", 0) if is_p2p else seq,
+                  e["profiling_name"].rpartition(":")[2], is_p2p, e.get("state", ""),
+                  e.get("time_created_ns") or 0, format_frames(e.get("frames")))
 
 
 def _pick_lib(libs: set[str], hint: str) -> str:

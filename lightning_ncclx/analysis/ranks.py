@@ -43,7 +43,7 @@ def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: i
             continue
         for name, tr in trace.groups.items():
             for i in range(max(0, len(tr.seqs) - length), len(tr.seqs)):
-                ops.append(TimelineOp(name, tr.seqs[i], tr.sigs[i][0], tr.done[i], tr.times_ns[i]))
+                ops.append(TimelineOp(name, tr.seqs[i], tr.sig(i)[0], bool(tr.done[i]), tr.times_ns[i]))
     ops.sort(key=lambda o: (o.time_ns, o.group, o.seq))
     return tuple(ops[-length:])
 

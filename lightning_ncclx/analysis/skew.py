@@ -6,7 +6,11 @@ host it is exact. Only the newest ``MAX_WINDOW`` sequence ids every rank holds a
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
+from collections import Counter
+from itertools import compress
+from operator import sub
 from typing import Mapping
 
 from lightning_ncclx.analysis.model import GroupRef, GroupTrack, Straggler
@@ -23,7 +27,8 @@ def _percentile(sorted_values: list[int], q: float) -> float:
 
 
 def group_stragglers(group: GroupRef, tracks: Mapping[int, GroupTrack]) -> list[Straggler]:
-    """Per rank lateness (ns behind the earliest rank) over the common window, worst first."""
+    """Per rank lateness (ns behind the earliest rank) over the common window, worst first.
+    Column-wise: per-collective min/max over ranks and per-rank differences run in C."""
     filled = {r: t for r, t in tracks.items() if t.seqs}
     if len(filled) < 2:
         return []
@@ -31,25 +36,21 @@ def group_stragglers(group: GroupRef, tracks: Mapping[int, GroupTrack]) -> list[
     hi = min(t.newest_seq for t in filled.values())
     lo = max(lo, hi - MAX_WINDOW + 1)
     ranks = sorted(filled)
+    want = array("q", range(lo, hi + 1))
     columns = []
     for r in ranks:
         t = filled[r]
         a, b = bisect_left(t.seqs, lo), bisect_right(t.seqs, hi)
-        if t.seqs[a:b] != tuple(range(lo, hi + 1)):
+        if array("q", t.seqs[a:b]) != want:
             return []  # gaps in sequence ids: cannot line the ranks up cheaply; skip this group
         columns.append(t.times_ns[a:b])
-    late: list[list[int]] = [[] for _ in ranks]
-    last_count = [0] * len(ranks)
-    for row in zip(*columns):
-        if 0 in row:
-            continue
-        first, worst = min(row), max(row)
-        for i, t in enumerate(row):
-            late[i].append(t - first)
-        last_count[row.index(worst)] += 1
+    keep = [0 not in row for row in zip(*columns)]  # a rank without a creation time: skip the collective
+    firsts = list(map(min, *columns))
+    worst_at = list(map(tuple.index, zip(*columns), map(max, *columns)))
+    last_count = Counter(compress(worst_at, keep))
     out = []
     for i, r in enumerate(ranks):
-        values = sorted(late[i])
+        values = sorted(compress(map(sub, columns[i], firsts), keep))
         if not values:
             continue
         out.append(Straggler(group.lib, group.name, group.desc, r, _percentile(values, 0.5) / 1e6,

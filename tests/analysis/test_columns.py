@@ -1,0 +1,68 @@
+"""The C-level column extraction gives what the per-entry ``dict.get`` reading would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from synth import collectives, dump, entry, write
+
+from lightning_ncclx.analysis import Verdict, analyze_folder
+from lightning_ncclx.analysis.columns import canonical_sig, done_column, sig_columns, sig_id, time_column
+from lightning_ncclx.analysis.parse import build_trace
+
+
+def test_signature_ids_are_equal_for_equal_signatures_whatever_the_raw_form():
+    a = entry(0, 1, size=4)
+    b = dict(entry(1, 2, size=4), profiling_name="nccl2:all_reduce", input_sizes=((4,),))  # tuple vs list, other lib
+    c = entry(2, 3, size=8)
+    ids, table = sig_columns([a, b, c])
+    assert ids[0] == ids[1] != ids[2]
+    assert table[ids[0]] == ("all_reduce", ((4,),), ("Float",), ((4,),), ("Float",))
+
+
+def test_missing_fields_take_the_slow_path_with_the_same_meaning():
+    full = entry(0, 1)
+    full["input_sizes"] = []
+    partial = entry(1, 2)
+    del partial["input_sizes"], partial["state"]  # missing: [] and not completed
+    partial["retired"] = False
+    ids, table = sig_columns([full, partial])
+    assert ids[0] == ids[1] and table[ids[0]] == canonical_sig(full)
+    assert done_column([full, partial], "nccl") == b"\x01\x00"
+    assert done_column([full, partial], "gloo") == b"\x01\x00"
+
+
+def test_none_times_read_as_zero():
+    es = [entry(0, 1, t_ns=5), dict(entry(1, 2), time_created_ns=None)]
+    assert list(time_column(es)) == [5, 0]
+
+
+def test_signature_ids_are_stable_across_processes():
+    sig = ("all_reduce", ((4,),), ("Float",), ((4,),), ("Float",))
+    code = ("from lightning_ncclx.analysis.columns import sig_id; "
+            "print(sig_id(('all_reduce', ((4,),), ('Float',), ((4,),), ('Float',))))")
+    env = dict(os.environ, PYTHONHASHSEED="12345")  # not Python's randomized hash()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert int(out) == sig_id(sig)
+
+
+def test_tracks_keep_only_the_newest_call_sites():
+    frames = [{"name": "step", "filename": "train.py", "line": 7}]
+    trace = build_trace(dump(collectives(200, frames=frames), {"0": ("default_pg", [0])}), 0, "x")
+    track = trace.groups["0"]
+    assert len(track.callsite_tail) == 128 and len(track.callsites) == 200
+    assert track.callsites[0] is None and track.callsites[-1] == "train.py:7 in step"
+    assert bytes(track.done) == b"\x01" * 200 and list(track.seqs) == list(range(1, 201))
+
+
+def test_messages_show_sizes_as_documented(tmp_path):
+    for r in range(3):
+        es = collectives(4, last_state="started")
+        if r == 2:
+            es[1]["profiling_name"] = "nccl:broadcast"
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(es, {"0": ("default_pg", [0, 1, 2])}))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.OP_MISMATCH and s.culprit_ranks == (2,)
+    assert "called broadcast[4]/Float at seq 2" in s.headline and "others called all_reduce[4]/Float" in s.headline
