@@ -2,7 +2,7 @@
 ends with the stall summary the watchdog wrote.
 
 It runs the FSDP recipe with ``trainer=ddp_sim model=gpt_tiny +fault=skip_collective``: at batch
-3 rank 2 skips an all_reduce that ranks 0 and 1 enter. The watchdog notices within 5 s, dumps
+3 rank 2 skips an all_reduce that ranks 0 and 1 enter. The watchdog notices within 10 s, dumps
 every rank, summarizes and ends the job (on_stall=dump_and_exit, exit code 75). The demo then
 prints ``stall-001/summary.txt`` and where the dump folder and ``summary.html`` are, and exits 0
 when the summary names rank 2. About a minute on 2 cores.
