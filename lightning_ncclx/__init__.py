@@ -2,8 +2,9 @@
 recorder configured and a stall watchdog that names the rank and collective behind a hang.
 
 ``import lightning_ncclx`` registers ``ddp_ncclx``, ``ddp_ncclx_spawn``, ``fsdp_ncclx`` and
-``fsdp2_ncclx`` with Lightning (``lightning.pytorch``, ``lightning.fabric`` and
-``pytorch_lightning`` where installed)::
+``fsdp2_ncclx`` with ``lightning.pytorch`` and ``pytorch_lightning`` (where installed), and
+``ddp_ncclx`` with ``lightning.fabric``, as soon as Lightning is imported (this import itself
+stays cheap: no torch)::
 
     import lightning_ncclx
     trainer = Trainer(strategy="ddp_ncclx", accelerator="cpu", devices=2)
