@@ -45,7 +45,10 @@ def run_id_from_environment(environ: os._Environ[str] | dict[str, str] | None = 
 
 def resolve_dump_dir(configured: str | os.PathLike[str] | None, default_root_dir: str | os.PathLike[str] | None) -> Path:
     """The run's dump folder: the configured one, else Hydra's output folder, else
-    ``<default_root_dir>/ncclx_dumps/<run id>`` (``<default_root_dir>/ncclx_dumps`` with no run id)."""
+    ``<default_root_dir>/ncclx_dumps/<run id>`` (``<default_root_dir>/ncclx_dumps`` with no run id).
+
+    ``$VARIABLES`` and ``~`` in a configured folder are expanded in each rank's own environment,
+    so one setting such as ``'$TMPDIR/ncclx/$SLURM_JOB_ID'`` gives every node its local folder."""
     if configured is not None and str(configured).strip():
         return Path(os.path.expandvars(os.path.expanduser(str(configured)))).absolute()
     hydra_dir = hydra_output_dir()
