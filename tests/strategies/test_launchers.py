@@ -37,12 +37,19 @@ def assert_ncclx_ran(ranks: list[dict], world_size: int, buffer_size: str = "200
         assert seen["callbacks"].count("StallWatchdog") == 1
 
 
-def test_popen_two_ranks(tmp_path: Path) -> None:
-    result = run_job([PYTHON, str(JOB), "--out", str(tmp_path), "--devices", "2", "--ncclx-json", json.dumps(QUICK_WATCHDOG)], cwd=tmp_path)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_popen_registered_name(tmp_path: Path, world_size: int) -> None:
+    result = run_job([PYTHON, str(JOB), "--out", str(tmp_path), "--devices", str(world_size)], cwd=tmp_path)
     assert result.returncode == 0, result.tail()
-    ranks = read_ranks(tmp_path, 2)
-    assert_ncclx_ran(ranks, 2)
+    ranks = read_ranks(tmp_path, world_size)
+    assert_ncclx_ran(ranks, world_size)
     assert "ddp_ncclx: backend asked=auto -> gloo" in result.output
+
+
+def test_spawn_registered_name_two_ranks(tmp_path: Path) -> None:
+    result = run_job([PYTHON, str(JOB), "--out", str(tmp_path), "--devices", "2", "--strategy", "ddp_ncclx_spawn"], cwd=tmp_path)
+    assert result.returncode == 0, result.tail()
+    assert_ncclx_ran(read_ranks(tmp_path, 2), 2)
 
 
 def test_spawn_three_ranks_with_explicit_instance_settings(tmp_path: Path) -> None:
