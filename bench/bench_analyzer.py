@@ -5,10 +5,13 @@ For each world size: N pickles named ``nccl_trace_rank_<r>`` (what torchfrtrace 
 format 2.10, legacy-NCCL-like (``nccl:all_reduce``/``all_gather``/``broadcast``, valid
 ``pg_config``, 3-5 ``frames`` per entry), ENTRIES entries per rank; rank N//3 never entered the
 last all_reduce (one injected culprit). Each tool runs as a child process; wall time and peak RSS
-(largest process, from ``wait4``) are measured; a run past ``--cap`` seconds is killed.
+(largest process, from ``wait4``) are measured, runs of the tools interleaved, medians reported;
+a run past ``--cap`` seconds is killed.
 
-    .venv/bin/python bench/bench_analyzer.py                      # 64, 256, 1024 ranks x 2000
-    .venv/bin/python bench/bench_analyzer.py --sizes 64,256 --cap 120
+    .venv/bin/python bench/bench_analyzer.py                      # 64, 256, 1024 ranks x 2000, 3 runs each
+    .venv/bin/python bench/bench_analyzer.py --sizes 64,256 --cap 120 --repeat 5
+
+Dumps go to a temporary folder (``--root``), never into the repository; delete it when done.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import pickle
 import platform
 import random
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,9 +80,9 @@ def generate(folder: Path, world: int, entries: int) -> None:
     marker.touch()
 
 
-def run_child(cmd: list[str], cap_s: float) -> dict:
+def run_child(cmd: list[str], cap_s: float, cwd: Path = REPO) -> dict:
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     deadline = start + cap_s
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -94,40 +99,77 @@ def run_child(cmd: list[str], cap_s: float) -> dict:
             "note": err.strip().splitlines()[-1][:100] if proc.returncode not in (0, 1) and err.strip() else ""}
 
 
-def bench_size(root: Path, world: int, entries: int, cap_s: float) -> dict:
+def _summarize(folder: Path, out_json: Path, cap_s: float, code_dir: Path) -> dict:
+    """One ``summarize`` run of the package found in ``code_dir`` (cwd goes first on sys.path)."""
+    return run_child([sys.executable, "-m", "lightning_ncclx.cli", "summarize", str(folder), "--format", "json",
+                      "--output", str(out_json)], cap_s, cwd=code_dir)
+
+
+def _median(runs: list[dict]) -> dict:
+    """Median wall time and median peak RSS over the runs (None when any run was killed)."""
+    done = [r for r in runs if r["seconds"] is not None]
+    if len(done) < len(runs):
+        return next(r for r in runs if r["seconds"] is None) | {"runs": [r["seconds"] for r in runs]}
+    return {"seconds": statistics.median(r["seconds"] for r in done),
+            "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in done),
+            "rc": done[0]["rc"], "note": done[0]["note"], "runs": [round(r["seconds"], 2) for r in done]}
+
+
+def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, baseline: Path | None) -> dict:
     folder = root / f"ranks{world}_entries{entries}"
     t = time.perf_counter()
     generate(folder, world, entries)
     size_mib = sum(p.stat().st_size for p in folder.glob("nccl_trace_rank_*")) / 2**20
     out_json = root / f"summary_{world}.json"
-    ours = run_child([sys.executable, "-m", "lightning_ncclx.cli", "summarize", str(folder), "--format", "json",
-                      "--output", str(out_json)], cap_s)
+    ours, theirs, before = [], [], []
+    for _ in range(repeat):  # interleaved, so both tools see the same background load
+        ours.append(_summarize(folder, out_json, cap_s, REPO))
+        theirs.append(run_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder),
+                                 "-p", "nccl_trace_rank_"], cap_s))
+        if baseline is not None:
+            before.append(_summarize(folder, root / f"summary_{world}_before.json", cap_s, baseline))
     culprits = json.loads(out_json.read_text())["culprit_ranks"] if out_json.exists() else None
-    theirs = run_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder),
-                        "-p", "nccl_trace_rank_"], cap_s)
-    return {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
-            "ours": ours, "ours_culprits": culprits, "expected_culprit": world // 3, "torchfrtrace": theirs}
+    row = {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
+           "ours": _median(ours), "ours_culprits": culprits, "expected_culprit": world // 3,
+           "torchfrtrace": _median(theirs)}
+    if before:
+        row["before"] = _median(before)
+    return row
 
 
 def _fmt(r: dict) -> str:
-    return "-" if r["seconds"] is None else f"{r['seconds']:.1f}"
+    return "-" if r["seconds"] is None else f"{r['seconds']:.2f}"
+
+
+def _speed(o: dict, t: dict) -> str:
+    if o["seconds"] and t["seconds"]:
+        return f"{t['seconds'] / o['seconds']:.1f}x"
+    if o["seconds"] and t["seconds"] is None and t["note"]:
+        return f"> {float(t['note'].split()[2]) / o['seconds']:.0f}x"
+    return "?"
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| ranks x entries | dumps (MiB) | summarize (s) | peak RSS (MiB) | culprit found | torchfrtrace (s) | "
-             "peak RSS (MiB) | speed-up |", "|---|---|---|---|---|---|---|---|"]
+    """Markdown: medians of the interleaved runs; speed-up = torchfrtrace median / summarize median."""
+    has_before = any("before" in r for r in rows)
+    head = ("| ranks x entries | dumps (MiB) | summarize (s) | peak RSS (MiB) | culprit found | torchfrtrace (s) | "
+            "peak RSS (MiB) | speed-up |")
+    rule = "|---|---|---|---|---|---|---|---|"
+    if has_before:
+        head += " before: summarize (s) | before: peak RSS (MiB) |"
+        rule += "---|---|"
+    lines = [head, rule]
     for r in rows:
         o, t = r["ours"], r["torchfrtrace"]
-        if o["seconds"] and t["seconds"]:
-            speed = f"{t['seconds'] / o['seconds']:.1f}x"
-        elif o["seconds"] and t["seconds"] is None:
-            speed = f"> {float(t['note'].split()[2]) / o['seconds']:.0f}x" if t["note"] else "?"
-        else:
-            speed = "?"
         ok = "yes" if r["ours_culprits"] == [r["expected_culprit"]] else f"no ({r['ours_culprits']})"
-        lines.append(f"| {r['ranks']} x {r['entries']} | {r['dump_mib']} | {_fmt(o)} | "
-                     f"{o['peak_rss_mib'] and round(o['peak_rss_mib'])} | {ok} | {_fmt(t)}{' (' + t['note'] + ')' if t['note'] else ''} | "
-                     f"{t['peak_rss_mib'] and round(t['peak_rss_mib'])} | {speed} |")
+        line = (f"| {r['ranks']} x {r['entries']} | {r['dump_mib']} | {_fmt(o)} | "
+                f"{o['peak_rss_mib'] and round(o['peak_rss_mib'])} | {ok} | "
+                f"{_fmt(t)}{' (' + t['note'] + ')' if t['note'] else ''} | "
+                f"{t['peak_rss_mib'] and round(t['peak_rss_mib'])} | {_speed(o, t)} |")
+        if has_before:
+            b = r.get("before") or {"seconds": None, "peak_rss_mib": None}
+            line += f" {_fmt(b)} | {b['peak_rss_mib'] and round(b['peak_rss_mib'])} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -136,15 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="64,256,1024", help="comma-separated world sizes")
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--cap", type=float, default=600.0, help="seconds per tool run before it is killed")
-    parser.add_argument("--root", type=Path, default=REPO / "bench" / "results" / "analyzer",
-                        help="where dumps are generated (kept between runs) and results written")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per tool; the table shows medians")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="also time the lightning_ncclx package in this folder (e.g. an older commit's "
+                             "`git archive REV lightning_ncclx | tar -x -C DIR`)")
+    parser.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "lightning-ncclx-bench-analyzer",
+                        help="where dumps are generated (kept between runs; ~380 MiB for 64+256+1024 ranks) "
+                             "and results written")
     args = parser.parse_args(argv)
     rows = []
     for world in (int(s) for s in args.sizes.split(",") if s.strip()):
-        rows.append(bench_size(args.root, world, args.entries, args.cap))
+        rows.append(bench_size(args.root, world, args.entries, args.cap, max(1, args.repeat), args.baseline))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}\n")
+          f"{platform.python_version()}; medians of {args.repeat} interleaved runs\n")
     print(table(rows))
     (args.root / "results.json").write_text(json.dumps(rows, indent=2))
     return 0
