@@ -28,11 +28,11 @@ from lightning.pytorch.strategies import FSDPStrategy
 from typing_extensions import override
 
 from lightning_ncclx.strategies.mixin import NcclxStrategyMixin
+from lightning_ncclx.strategies.names import register_fsdp_names
+from lightning_ncclx.strategies.sharded import DeviceMeshOnRootDevice, NcclFamilyBarrier
 
-FSDP_NAMES = ("fsdp_ncclx",)
 
-
-class FSDPNcclxStrategy(NcclxStrategyMixin, FSDPStrategy):
+class FSDPNcclxStrategy(DeviceMeshOnRootDevice, NcclFamilyBarrier, NcclxStrategyMixin, FSDPStrategy):
     """FSDP with lightning-ncclx's backend choice, flight recorder, timeouts and stall watchdog.
 
     Takes every ``FSDPStrategy`` argument (``sharding_strategy``, ``auto_wrap_policy``,
@@ -45,18 +45,6 @@ class FSDPNcclxStrategy(NcclxStrategyMixin, FSDPStrategy):
     # FSDPStrategy's class-level list is shared with subclasses, and Lightning refuses every name
     # in it on CPU: our names live in a list of our own.
     _registered_strategies: list[str] = []
-
-    @override
-    def setup_environment(self) -> None:
-        mesh_shape = self.kwargs.get("device_mesh")
-        if isinstance(mesh_shape, tuple):
-            # FSDPStrategy would build it with init_device_mesh("cuda", ...), wrong on CPU.
-            del self.kwargs["device_mesh"]
-        super().setup_environment()
-        if isinstance(mesh_shape, tuple):
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self.kwargs["device_mesh"] = init_device_mesh(self.root_device.type, mesh_shape)
 
     @contextmanager
     @override
@@ -93,30 +81,10 @@ class FSDPNcclxStrategy(NcclxStrategyMixin, FSDPStrategy):
             **self.kwargs,
         )
 
-    @override
-    def barrier(self, name: str | None = None) -> None:
-        self._ncclx_barrier(self._ncclx_device_ids())
-
-    def _ncclx_device_ids(self) -> list[int] | None:
-        device = self.root_device
-        return [device.index] if device.type == "cuda" and device.index is not None else None
-
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         register_fsdp_names(cls, strategy_registry)
-
-
-def register_fsdp_names(cls: Any, strategy_registry: Any) -> None:
-    for name in FSDP_NAMES:
-        strategy_registry.register(
-            name,
-            cls,
-            description="FSDP on torch's NCCL backends with flight recorder and stall watchdog",
-            override=True,
-        )
-        if name not in cls._registered_strategies:
-            cls._registered_strategies.append(name)
 
 
 from lightning_ncclx.registration import retry_pending  # noqa: E402
