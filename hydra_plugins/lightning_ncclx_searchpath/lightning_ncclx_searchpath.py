@@ -16,37 +16,20 @@ In your own app::
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 PROVIDER = "lightning-ncclx"
 
 
-def _packaged_conf_dir() -> Path | None:
-    try:
-        spec = importlib.util.find_spec("lightning_ncclx")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        folder = Path(location) / "conf"
-        if folder.is_dir():
-            return folder
-    return None
-
-
 class LightningNcclxSearchPathPlugin(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        folder = _packaged_conf_dir()
+        try:  # `import lightning_ncclx` is cheap: no torch, no Lightning
+            from lightning_ncclx.hydra_store import packaged_conf_dir, register_configs
+        except ImportError:  # a broken install must not break unrelated Hydra apps
+            return
+        folder = packaged_conf_dir()
         if folder is None:
             return
         search_path.append(provider=PROVIDER, path=f"file://{folder}")
-        try:
-            from lightning_ncclx.hydra_store import register_configs
-        except ImportError:  # a broken install must not break unrelated Hydra apps
-            return
         register_configs()
