@@ -1,7 +1,8 @@
 """Point-to-point: a send or recv still in flight whose peer has no matching op in flight.
 
-Completed send/recv pairs are never findings (torchfrtrace reports legitimate hook-recorded pairs
-as mismatches). Peers in the profiling name (``send 0->1``, ``recv 1<-0``) are group ranks.
+Completed send/recv pairs are never findings (torchfrtrace 2.13 and 2.15 crash on a recv written
+``recv 0->1``; 2.13 also on any ``nccl2:`` entry: see docs/bench-analyzer.md). Peers in the
+profiling name (``send 0->1``, ``recv 1<-0``, ``recv 0->1``) are group ranks.
 """
 
 from __future__ import annotations
