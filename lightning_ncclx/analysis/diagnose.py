@@ -123,7 +123,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         stragglers.extend(group_stragglers(group, tracks))
         if div.kind in ("mismatch", "behind"):
             findings.append(finding_from(group, div, tracks, states))
-        if missing and (div.kind != "healthy"):
+        if missing:
             findings.append(_missing_finding(group, div, missing, states))
         elif div.kind == "in_flight":
             notes.append(f"all {len(tracks)} dumped rank(s) of {_group_label(group)} entered "
@@ -156,8 +156,13 @@ _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))
 def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
                      states: Mapping[int, CulpritState]) -> Finding:
     op = div.majority[0] if div.majority else "?"
-    msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump; the dumped ranks "
-           f"are in {op} (seq {div.seq}): a rank that never entered a collective may never dump (nccl2)")
+    if div.kind == "healthy":
+        msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump, and the dumped "
+               f"ranks agree with each other (last: {op}, seq {div.seq}): the missing ranks died, were killed or "
+               "could not be reached; their host's logs say why")
+    else:
+        msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump; the dumped ranks "
+               f"are in {op} (seq {div.seq}): a rank that never entered a collective may never dump (nccl2)")
     waiting = tuple(r for r in group.ranks if r not in missing)
     return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},
                    waiting, tuple(states[r] for r in missing if r in states), msg, "medium", div.time_ns)
