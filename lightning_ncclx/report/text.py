@@ -22,6 +22,19 @@ def _finding_lines(f: Finding, bullet: str = "  ") -> list[str]:
     return lines
 
 
+def _location_lines(d: Summary, most: int = 8) -> list[str]:
+    """Where the dumps were read from, per host (several hosts: node-local folders gathered)."""
+    if not d.dump_locations or (len(d.dump_locations) == 1 and not d.hosts):
+        return []
+    lines = ["dumps by host:"]
+    for host, folders in list(sorted(d.dump_locations.items()))[:most]:
+        ranks = sorted(r for r, h in d.hosts.items() if h == host)
+        lines.append(f"  {host} (ranks {_ranks(ranks) or '?'}): {', '.join(folders)}")
+    if len(d.dump_locations) > most:
+        lines.append(f"  ... {len(d.dump_locations) - most} more hosts in the JSON report")
+    return lines
+
+
 def render_text(summary: Summary) -> str:
     """A report a person reads in ten seconds; plain ``str`` (no markup), fit for a log."""
     d = summary
@@ -35,9 +48,11 @@ def render_text(summary: Summary) -> str:
             out.append(f"  collective: {d.op} seq {d.collective_seq_id} in group {g.name} ({g.desc or '-'}, {g.lib})")
         out.append(f"  waiting ranks: {_ranks(d.waiting_ranks) or 'none'}")
         for c in d.findings[0].culprit_states:
-            out.append(f"  rank {c.rank}: {c.detail}" + (f"\n    at {c.location}" if c.location else ""))
+            host = f" on {d.hosts[c.rank]}" if c.rank in d.hosts else ""
+            out.append(f"  rank {c.rank}{host}: {c.detail}" + (f"\n    at {c.location}" if c.location else ""))
     out.append("")
     out.append(f"ranks seen: {len(d.ranks_seen)}" + (f"; missing: {_ranks(d.ranks_missing)}" if d.ranks_missing else ""))
+    out.extend(_location_lines(d))
     if d.findings:
         out.append("findings (likely root cause first):")
         for f in d.findings[:20]:
