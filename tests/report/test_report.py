@@ -67,3 +67,24 @@ def test_write_reports_writes_three_files_atomically(hung, tmp_path):
     assert not list((tmp_path / "out").glob("*.tmp"))
     # the summaries themselves are never read back as dumps
     assert analyze_folder(tmp_path / "out").ranks_seen == ()
+
+
+def test_text_names_the_culprits_host_and_where_each_hosts_dumps_were(hung, tmp_path):
+    folder = tmp_path / "d"
+    for rank, host in ((0, "node-a"), (1, "node-b"), (2, "node-b")):
+        (folder / f"rank_{rank:05d}.context.json").write_text(json.dumps({"rank": rank, "host": host, "world_size": 3}))
+    text = render_text(analyze_folder(folder))
+    assert "rank 1 on node-b: " in text
+    assert "dumps by host:" in text and "node-a (ranks 0)" in text and "node-b (ranks 1, 2)" in text
+
+
+def test_html_embeds_the_json_so_a_path_cannot_close_the_script_tag(tmp_path):
+    groups = {"0": ("default_pg", [0, 1])}
+    folder = tmp_path / "</script><b>x"
+    for r in range(2):
+        write(folder, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(5 if r else 6, last_state="started"), groups))
+    page = render_html(analyze_folder(folder))
+    assert page.count("</script>") == 1
+    start = page.index('id="summary">') + len('id="summary">')
+    embedded = json.loads(page[start:page.index("</script>")].replace("<\\/", "</"))
+    assert embedded["verdict"] == "not_entered"
