@@ -4,7 +4,8 @@ a) Training-step time: Lightning's plain ``ddp`` with the recorder off (TORCH_FR
    against ``ddp_ncclx`` with the recorder at 2000 and 20000 entries and the watchdog on.
    Configurations are interleaved (A B C A B C ...) so machine drift hits all alike; the
    figure is the median of per-run medians, and the ratio is against plain ddp.
-b) Cost per collective: a 16-float gloo all_reduce with the recorder at 0, 2000 and 20000.
+b) Cost per collective: a 16-float gloo all_reduce with the recorder at 0, 2000 and 20000; at
+   world size 1 no byte crosses a socket, so the difference is the recorder's own cost.
 
     python bench/bench_overhead.py [--devices 2,4] [--repeats 3] [--steps 300]
 """
@@ -71,6 +72,8 @@ def bench_collectives(world_size: int, repeats: int, work: Path) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="2,4")
+    parser.add_argument("--collective-ranks", default="1,2,4",
+                        help="world sizes of the per-collective test (1: the recorder's own cost, no network)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -78,9 +81,10 @@ def main() -> int:
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}", "steps": [], "collectives": []}
     with tempfile.TemporaryDirectory(prefix="ncclx-bench-") as tmp:
         work = Path(tmp)
-        for devices in (int(d) for d in args.devices.split(",")):
+        for devices in (int(d) for d in args.devices.split(",") if d):
             results["steps"] += bench_steps(devices, args.repeats, args.steps, work)
-            results["collectives"] += bench_collectives(devices, args.repeats, work)
+        for world_size in (int(d) for d in args.collective_ranks.split(",") if d):
+            results["collectives"] += bench_collectives(world_size, args.repeats, work)
     print(f"machine: {results['machine']}")
     print("\n| ranks | configuration | median step (ms) | ratio vs plain ddp |\n|---|---|---|---|")
     for row in results["steps"]:
