@@ -76,6 +76,7 @@ class StallWatchdog(Callback):
         try:
             runtime = WatchdogRuntime(self.config, self.resolved_dump_dir(trainer),
                                       stack_traces=self.flight_recorder.stack_traces)
+            runtime.on_dumped = lambda reason: self._record_event(trainer, runtime, reason)
             runtime.start()
             self._runtime = runtime
         except Exception:  # noqa: BLE001 - a watchdog that cannot start must not stop training
@@ -127,8 +128,6 @@ class StallWatchdog(Callback):
         runtime = self._runtime
         if runtime is not None:
             runtime.heartbeat.train_batch_end(_global_step(trainer))
-            if runtime.pending_log_events:
-                self._record_events(trainer, runtime)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         # Epoch-end work (metric syncs, EarlyStopping, checkpoint callbacks) runs collectives that
@@ -187,11 +186,17 @@ class StallWatchdog(Callback):
         return self._runtime.heartbeat.batches if self._runtime is not None else 0
 
     @staticmethod
-    def _record_events(trainer: Any, runtime: WatchdogRuntime) -> None:
-        """Main thread only: tell the Trainer's loggers how many dump events happened."""
-        runtime.pending_log_events.clear()
-        try:
-            for logger in getattr(trainer, "loggers", []) or []:
-                logger.log_metrics({"ncclx/dump_events": float(len(runtime.results))}, step=trainer.global_step)
-        except Exception:  # noqa: BLE001
-            log.debug("recording the dump event in the logger failed", exc_info=True)
+    def _record_event(trainer: Any, runtime: WatchdogRuntime, reason: str) -> None:
+        """Watchdog thread, after this rank dumped: record the event in the Trainer's loggers.
+
+        It cannot wait for the main thread, which is stuck in a stall. Loggers write on global
+        rank 0 only, which takes part in every event it is alive for. After a stall or an
+        exception the main thread is not using the loggers, so they are saved too."""
+        metrics = {"ncclx/dump_events": float(runtime.events_taken_part), "ncclx/stall_events": float(runtime.stall_events)}
+        for logger in list(getattr(trainer, "loggers", []) or []):
+            try:
+                logger.log_metrics(metrics, step=_global_step(trainer))
+                if reason in ("stall", "exception"):
+                    logger.save()
+            except Exception:  # noqa: BLE001 - a logger that fails here must not end the dump
+                log.warning("recording the dump event in %s failed", type(logger).__name__, exc_info=True)

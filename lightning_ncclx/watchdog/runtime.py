@@ -54,8 +54,10 @@ class WatchdogRuntime:
         self.coordinator = EventCoordinator(store, self.rank, self.world_size, clock=clock)
         self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
         self.stall_events = 0
+        self.events_taken_part = 0
         self.results: list[CollectionResult] = []
-        self.pending_log_events: list[str] = []
+        self.on_dumped: Callable[[str], None] | None = None
+        """Called from the watchdog thread after each dump of this rank, with the event's reason."""
         self._exit_fn = exit_fn or _hard_exit
         self._event_lock = threading.Lock()
         self._stop = threading.Event()
@@ -161,10 +163,16 @@ class WatchdogRuntime:
         )
         log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", self.rank, event.name,
                     event.reason, event.initiator, len(files), folder)
+        self.events_taken_part += 1
         try:
             self.coordinator.announce_dumped(event, host_name(), files, folder, self.config.gather_through_store)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] announcing the dump through the store failed", self.rank, exc_info=True)
+        if self.on_dumped is not None:
+            try:
+                self.on_dumped(event.reason)
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] recording %s in the loggers failed", self.rank, event.name, exc_info=True)
         exit_job = event.reason in ("stall", "exception") and self.config.on_stall is StallAction.dump_and_exit
         result = None
         if initiator:
@@ -189,7 +197,6 @@ class WatchdogRuntime:
             gather_through_store=self.config.gather_through_store,
         )
         self.results.append(result)
-        self.pending_log_events.append(event.name)
         header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
                   + (f", NO dump from ranks {result.missing_ranks}" if result.missing_ranks else "")
                   + f"; verdict {result.verdict}, culprit ranks {result.culprit_ranks}; folder {folder}")

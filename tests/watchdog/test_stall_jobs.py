@@ -56,6 +56,17 @@ def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
     assert_culprit(folder, 1, result.log)
 
 
+def test_stall_is_recorded_in_the_trainers_logger(tmp_path: Path) -> None:
+    """Recorded by rank 0's watchdog thread while its main thread is stuck, before the exit."""
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", default_strategy(), "--csv-logger")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    metrics = list(tmp_path.rglob("metrics.csv"))
+    assert len(metrics) == 1, f"expected rank 0's metrics.csv, found {metrics}"
+    text = metrics[0].read_text()
+    assert "ncclx/stall_events" in text.splitlines()[0]
+    assert ",1.0" in text, text
+
+
 def test_stuck_rank_stack_shows_where_it_waits(tmp_path: Path) -> None:
     """Stock ``ddp`` + an explicit StallWatchdog callback (no ncclx strategy involved)."""
     result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", "ddp")

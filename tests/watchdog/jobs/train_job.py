@@ -27,6 +27,7 @@ from torch.utils.data import Dataset, DataLoader
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 
 from lightning_ncclx.config import StallAction, WatchdogConfig, AutoThresholdConfig
 
@@ -51,6 +52,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--on-stall", default="dump_and_exit")
     p.add_argument("--node-local", action="store_true", help="a separate dump folder per rank")
     p.add_argument("--no-gather", action="store_true")
+    p.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --dump-dir/logs")
     return p.parse_args()
 
 
@@ -160,7 +162,8 @@ def main() -> int:
     trainer = Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs,
         limit_train_batches=args.batches, limit_val_batches=2, num_sanity_val_steps=1,
-        callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=callbacks, enable_progress_bar=False,
+        logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
         enable_checkpointing=args.fault == "healthy_slow", default_root_dir=args.root_dir or args.dump_dir,
     )
     loader = DataLoader(Data(args, 64), batch_size=1, shuffle=False)
