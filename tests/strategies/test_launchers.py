@@ -46,6 +46,14 @@ def test_popen_registered_name(tmp_path: Path, world_size: int) -> None:
     assert "ddp_ncclx: backend asked=auto -> gloo" in result.output
 
 
+def test_users_own_watchdog_replaces_the_default_one(tmp_path: Path) -> None:
+    result = run_job([PYTHON, str(JOB), "--out", str(tmp_path), "--devices", "2", "--user-watchdog", "42"], cwd=tmp_path)
+    assert result.returncode == 0, result.tail()
+    ranks = read_ranks(tmp_path, 2)
+    assert_ncclx_ran(ranks, 2)
+    assert all(r["watchdog_train_step_seconds"] == [42.0] for r in ranks)
+
+
 def test_spawn_registered_name_two_ranks(tmp_path: Path) -> None:
     result = run_job([PYTHON, str(JOB), "--out", str(tmp_path), "--devices", "2", "--strategy", "ddp_ncclx_spawn"], cwd=tmp_path)
     assert result.returncode == 0, result.tail()

@@ -58,6 +58,8 @@ class TinyModel(LightningModule):
             "strategy_class": type(strategy).__name__,
             "dump_dir": str(getattr(strategy, "ncclx_dump_dir", None)),
             "callbacks": [type(c).__name__ for c in self.trainer.callbacks],
+            "watchdog_train_step_seconds": [c.config.train_step_seconds for c in self.trainer.callbacks
+                                            if type(c).__name__ == "StallWatchdog"],
             "setup_line": strategy.ncclx_setup_line() if hasattr(strategy, "ncclx_setup_line") else None,
         }
 
@@ -79,6 +81,7 @@ def main() -> None:
     parser.add_argument("--ncclx-json", default="{}")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--hydra-target", action="store_true", help="build the strategy with hydra.utils.instantiate, no prior import")
+    parser.add_argument("--user-watchdog", type=float, default=None, help="add the user's own StallWatchdog (its train_step_seconds)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ncclx = json.loads(args.ncclx_json)
@@ -94,7 +97,14 @@ def main() -> None:
         assert "lightning_ncclx" not in sys.modules
         strategy = instantiate({"_target_": "lightning_ncclx.strategies.DDPNcclxStrategy", "ncclx": ncclx})
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    callbacks = []
+    if args.user_watchdog is not None:
+        from lightning_ncclx.config import WatchdogConfig
+        from lightning_ncclx.watchdog import StallWatchdog
+
+        callbacks.append(StallWatchdog(WatchdogConfig(train_step_seconds=args.user_watchdog)))
     trainer = Trainer(
+        callbacks=callbacks,
         accelerator="cpu",
         devices=args.devices,
         num_nodes=args.num_nodes,
