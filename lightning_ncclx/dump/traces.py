@@ -11,6 +11,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_ncclx.analysis.safe_pickle import safe_loads
+
 log = logging.getLogger(__name__)
 
 # Backend implementation name -> the name the recorder's ring buffer is kept under.
@@ -136,7 +138,7 @@ def dump_traces(stack_traces: bool = True) -> dict[str, bytes]:
             if item.file_tag == "gloo":
                 if pg_config is None:
                     pg_config = real_pg_config()
-                raw = pickle.dumps(fix_pg_config(pickle.loads(raw), pg_config))
+                raw = pickle.dumps(fix_pg_config(safe_loads(raw), pg_config))
             out[item.file_tag] = raw
         except Exception:  # noqa: BLE001 - never let a dump failure reach training
             log.warning("flight-recorder dump of backend %s failed", item.name, exc_info=True)
