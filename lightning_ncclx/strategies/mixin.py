@@ -58,6 +58,12 @@ class NcclxStrategyMixin:
     strategy_name = "ncclx"
     attaches_watchdog = True
 
+    # Set by _ncclx_init; declared for type checkers.
+    ncclx: NcclxConfig
+    _ncclx_backend: str | None
+    _ncclx_dump_dir: Path | None
+    _ncclx_schedule: TimeoutSchedule | None
+
     def __init__(self, *args: Any, ncclx: NcclxConfig | Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self._ncclx_init(ncclx, kwargs)
         super().__init__(*args, **kwargs)
@@ -77,12 +83,6 @@ class NcclxStrategyMixin:
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         super().on_train_batch_start(batch, batch_idx)  # type: ignore[misc]
         self._ncclx_on_train_batch_start()
-
-    # Set by _ncclx_init; declared for type checkers.
-    ncclx: NcclxConfig
-    _ncclx_backend: str | None
-    _ncclx_dump_dir: Path | None
-    _ncclx_schedule: TimeoutSchedule | None
 
     def _ncclx_init(self, ncclx: NcclxConfig | Mapping[str, Any] | None, kwargs: dict[str, Any]) -> None:
         for reserved, instead in (("timeout", "ncclx.timeouts.init_timeout_seconds"), ("process_group_backend", "ncclx.backend")):
@@ -115,16 +115,16 @@ class NcclxStrategyMixin:
         if run_id_from_environment() is None:
             os.environ[RUN_ID_VARIABLE] = new_run_id()
 
-    def _ncclx_default_root_dir(self) -> str | None:
+    def _ncclx_trainer(self) -> Any:
+        """The Trainer driving this strategy (None under Fabric or before connect)."""
         module = getattr(self, "lightning_module", None)
-        trainer = getattr(module, "_trainer", None) if module is not None else None
-        return getattr(trainer, "default_root_dir", None)
+        return getattr(module, "_trainer", None) if module is not None else None
 
     def _ncclx_prepare_environment(self) -> None:
         self._ncclx_backend = self._ncclx_resolve_backend()
         self._process_group_backend = self._ncclx_backend  # type: ignore[attr-defined]
         recorder = self.ncclx.flight_recorder
-        dump_dir = resolve_dump_dir(recorder.dump_dir, self._ncclx_default_root_dir())
+        dump_dir = resolve_dump_dir(recorder.dump_dir, getattr(self._ncclx_trainer(), "default_root_dir", None))
         prefix = torch_dump_prefix(dump_dir, recorder.torch_dump_prefix)
         check_writable_folder(prefix.parent, "ncclx.flight_recorder.dump_dir")
         self._ncclx_dump_dir = dump_dir
@@ -142,8 +142,7 @@ class NcclxStrategyMixin:
     def _ncclx_attach_watchdog(self) -> None:
         from lightning_ncclx.strategies.callbacks import attach_default_watchdog
 
-        module = getattr(self, "lightning_module", None)
-        trainer = getattr(module, "_trainer", None) if module is not None else None
+        trainer = self._ncclx_trainer()
         if trainer is not None:
             attach_default_watchdog(trainer, self.ncclx, self._ncclx_dump_dir)
 
