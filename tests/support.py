@@ -3,6 +3,7 @@ leave it behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -87,3 +88,12 @@ def start_job(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None =
     """Start ``argv`` in its own session (for several ranks started by hand); caller kills it."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
     return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=str(cwd) if cwd else None, start_new_session=True)
+
+
+def contexts(folder: Path) -> dict[int, dict[str, Any]]:
+    """rank -> context.json, from an event folder and its ``ranks/<host>/`` copies."""
+    out: dict[int, dict[str, Any]] = {}
+    for path in sorted(folder.rglob("rank_*.context.json")):
+        data = json.loads(path.read_text())
+        out.setdefault(int(data["rank"]), data)
+    return out

@@ -8,17 +8,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from support import contexts  # noqa: F401 - shared with the other multi-process tests
+
 JOB = Path(__file__).parent / "jobs" / "multihost_job.py"
 STALL_EXIT_CODE = 75
-
-
-def contexts(folder: Path) -> dict[int, dict[str, Any]]:
-    """rank -> context.json, from an event folder and its ``ranks/<host>/`` copies."""
-    out: dict[int, dict[str, Any]] = {}
-    for path in sorted(folder.rglob("rank_*.context.json")):
-        data = json.loads(path.read_text())
-        out.setdefault(int(data["rank"]), data)
-    return out
 
 
 def event_folders(dump_root: Path) -> list[Path]:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from support import contexts  # noqa: F401 - shared with the other multi-process tests
+
 JOB = Path(__file__).parent / "jobs" / "train_job.py"
 REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_SECONDS = 120.0
@@ -80,14 +82,6 @@ def run_job(tmp_path: Path, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) ->
             proc.wait()
     return JobResult(code, log_path.read_text(errors="replace"), dump_dir)
 
-
-def contexts(folder: Path) -> dict[int, dict[str, Any]]:
-    """rank -> context.json, from the event folder and its ``ranks/<host>/`` copies."""
-    out: dict[int, dict[str, Any]] = {}
-    for path in sorted(folder.rglob("rank_*.context.json")):
-        data = json.loads(path.read_text())
-        out.setdefault(int(data["rank"]), data)
-    return out
 
 
 def assert_every_rank_dumped(folder: Path, world_size: int, log: str = "") -> dict[int, dict[str, Any]]:
