@@ -154,3 +154,14 @@ def test_bad_settings_are_refused_before_launch(tmp_path: Path, settings: dict, 
     assert re.search(message, result.output), result.tail()
     assert "Initializing distributed" not in result.output, "a process group was created before the refusal"
     assert not list(tmp_path.glob("rank_*.json"))
+
+
+def test_fabric_ddp_ncclx_two_ranks(tmp_path: Path) -> None:
+    result = run_job([PYTHON, str(Path(__file__).parent / "jobs" / "fabric_job.py"), "--out", str(tmp_path)], cwd=tmp_path)
+    assert result.returncode == 0, result.tail()
+    ranks = read_ranks(tmp_path, 2)
+    for seen in ranks:
+        assert seen["strategy_class"] == "FabricDDPNcclxStrategy"
+        assert seen["buffer"] == "20000"
+        assert "gloo:all_reduce" in seen["ops"]
+        assert set(seen["timeouts"].values()) == {600.0}, "ncclx_training_started() applies the training timeout"
