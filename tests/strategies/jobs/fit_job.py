@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import pickle
 import sys
 from pathlib import Path
 
@@ -39,29 +37,11 @@ class TinyModel(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
     def _record(self) -> None:
-        import torch.distributed as dist
-        from torch._C._distributed_c10d import _dump_fr_trace
+        from observe import what_this_rank_sees
 
-        from lightning_ncclx.backend.serving import serving_implementations
-        from lightning_ncclx.backend.timeouts import current_timeouts
-
-        strategy = self.trainer.strategy
-        trace = pickle.loads(_dump_fr_trace(True, False, False))
-        self.seen = {
-            "rank": dist.get_rank(),
-            "world_size": dist.get_world_size(),
-            "backend": dist.get_backend(),
-            "serving": serving_implementations(),
-            "env": {k: v for k, v in os.environ.items() if k.startswith(("TORCH_FR_", "TORCH_NCCL_", "LIGHTNING_NCCLX"))},
-            "timeouts": current_timeouts(),
-            "ops": [e["profiling_name"] for e in trace.get("entries", [])],
-            "strategy_class": type(strategy).__name__,
-            "dump_dir": str(getattr(strategy, "ncclx_dump_dir", None)),
-            "callbacks": [type(c).__name__ for c in self.trainer.callbacks],
-            "watchdog_train_step_seconds": [c.config.train_step_seconds for c in self.trainer.callbacks
-                                            if type(c).__name__ == "StallWatchdog"],
-            "setup_line": strategy.ncclx_setup_line() if hasattr(strategy, "ncclx_setup_line") else None,
-        }
+        self.seen = what_this_rank_sees(self.trainer)
+        self.seen["watchdog_train_step_seconds"] = [c.config.train_step_seconds for c in self.trainer.callbacks
+                                                    if type(c).__name__ == "StallWatchdog"]
 
     def on_train_end(self) -> None:
         from lightning_ncclx.backend.timeouts import current_timeouts
