@@ -31,11 +31,37 @@ def freeze(value: Any) -> Any:
     return tuple(freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+# Ops whose buffers legitimately differ between the ranks of one call: only gather's root has
+# outputs, only scatter's root has inputs, and all_to_all / the "v" collectives take per-rank
+# sizes. Those fields are left out of the signature (empty), as torch's own analyzer skips them;
+# comparing them would call every healthy gather a size mismatch and blame its root.
+_ROOT_ONLY_OUTPUTS = frozenset({"gather"})
+_ROOT_ONLY_INPUTS = frozenset({"scatter"})
+_PER_RANK_INPUT_SIZES = frozenset({"all_gather_v"})
+_PER_RANK_OUTPUT_SIZES = frozenset({"reduce_scatter_v"})
+
+
+def _per_rank_sizes(op: str) -> bool:
+    return "all_to_all" in op or "alltoall" in op
+
+
 def canonical_sig(e: dict) -> Sig:
-    """(op, input_sizes, input_dtypes, output_sizes, output_dtypes) of one entry, frozen."""
-    return (e["profiling_name"].rpartition(":")[2], freeze(e.get("input_sizes") or []),
-            freeze(e.get("input_dtypes") or []), freeze(e.get("output_sizes") or []),
-            freeze(e.get("output_dtypes") or []))
+    """(op, input_sizes, input_dtypes, output_sizes, output_dtypes) of one entry, frozen, with the
+    fields that may differ between ranks of a healthy call left empty (see above)."""
+    op = e["profiling_name"].rpartition(":")[2]
+    in_sizes, in_dtypes = freeze(e.get("input_sizes") or []), freeze(e.get("input_dtypes") or [])
+    out_sizes, out_dtypes = freeze(e.get("output_sizes") or []), freeze(e.get("output_dtypes") or [])
+    if op in _ROOT_ONLY_OUTPUTS:
+        out_sizes, out_dtypes = (), ()
+    elif op in _ROOT_ONLY_INPUTS:
+        in_sizes, in_dtypes = (), ()
+    elif op in _PER_RANK_INPUT_SIZES:
+        in_sizes = ()
+    elif op in _PER_RANK_OUTPUT_SIZES:
+        out_sizes = ()
+    elif _per_rank_sizes(op):
+        in_sizes, out_sizes = (), ()
+    return (op, in_sizes, in_dtypes, out_sizes, out_dtypes)
 
 
 def sig_id(sig: Sig) -> int:

@@ -93,6 +93,32 @@ def step_b(t, group=None):
     dist.all_reduce(t, group=group)
 
 
+def rank_dependent_collectives() -> None:
+    """A healthy stretch in which ranks legitimately record different sizes: gather (only the
+    root has outputs), scatter (only the root has inputs), uneven all_to_all, the object
+    collectives (built on them) and rooted collectives from a rank other than 0."""
+    root = 1 % WORLD
+    x = torch.full((3,), float(RANK))
+    dist.gather(x, [torch.empty(3) for _ in range(WORLD)] if RANK == root else None, dst=root)
+    out = torch.empty(3)
+    dist.scatter(out, [torch.full((3,), float(r)) for r in range(WORLD)] if RANK == root else None, src=root)
+    splits_in = [RANK + 1] * WORLD  # rank r sends r+1 elements to everyone
+    splits_out = [r + 1 for r in range(WORLD)]
+    received = torch.empty(sum(splits_out))
+    dist.all_to_all_single(received, torch.ones(sum(splits_in)), splits_out, splits_in)
+    gathered = [None] * WORLD if RANK == root else None
+    dist.gather_object({"rank": RANK, "pad": "x" * RANK * 50}, gathered, dst=root)
+    objs = [None]
+    dist.scatter_object_list(objs, [{"to": r, "pad": "y" * r * 70} for r in range(WORLD)] if RANK == root else None,
+                             src=root)
+    every = [None] * WORLD
+    dist.all_gather_object(every, "z" * (RANK * 30 + 1))
+    box = [{"big": "w" * 500}] if RANK == root else [None]
+    dist.broadcast_object_list(box, src=root)
+    dist.reduce(x, dst=root)
+    dist.broadcast(x, src=root)
+
+
 def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT}", rank=RANK, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=30))
@@ -103,6 +129,15 @@ def main() -> None:
     if SCENARIO == "healthy":
         dist.barrier()
         dump_and_exit(0.0)
+    if SCENARIO in ("uneven", "uneven_skip"):
+        rank_dependent_collectives()
+        if SCENARIO == "uneven":
+            dist.barrier()
+            dump_and_exit(0.0)
+        start_dumper()
+        if RANK != CULPRIT:
+            step_a(t)
+        wait_outside_collectives()
     if SCENARIO == "wrap":
         if RANK in (1, 2):
             for _ in range(30):  # fills ranks 1-2's small ring buffer with the sub-group only

@@ -22,6 +22,32 @@ def test_signature_ids_are_equal_for_equal_signatures_whatever_the_raw_form():
     assert table[ids[0]] == ("all_reduce", ((4,),), ("Float",), ((4,),), ("Float",))
 
 
+def _rooted(op: str, rank: int, root: int, size: int = 4) -> dict:
+    e = entry(rank, 1, op=op, size=size)
+    if op == "gather" and rank != root:
+        e["output_sizes"], e["output_dtypes"] = [], []
+    if op == "scatter" and rank != root:
+        e["input_sizes"], e["input_dtypes"] = [], []
+    return e
+
+
+def test_rank_dependent_fields_are_left_out_of_signatures():
+    for op in ("gather", "scatter"):
+        root, other = _rooted(op, 0, 0), _rooted(op, 1, 0)
+        root["output_sizes" if op == "gather" else "input_sizes"] = [[3, 4]]
+        assert sig_id(canonical_sig(root)) == sig_id(canonical_sig(other)), op
+    a2a = [dict(entry(r, 1, op="all_to_all"), input_sizes=[[r + 3]]) for r in range(3)]
+    assert len({sig_id(canonical_sig(e)) for e in a2a}) == 1
+    assert canonical_sig(a2a[0]) == ("all_to_all", (), ("Float",), (), ("Float",))
+
+
+def test_what_every_rank_of_a_rooted_collective_sends_is_still_compared():
+    assert canonical_sig(_rooted("gather", 1, 0, size=4)) != canonical_sig(_rooted("gather", 2, 0, size=2))
+    assert canonical_sig(_rooted("scatter", 1, 0, size=4)) != canonical_sig(_rooted("scatter", 2, 0, size=2))
+    assert canonical_sig(entry(0, 1, op="all_to_all", dtype="Float")) != canonical_sig(
+        entry(1, 1, op="all_to_all", dtype="BFloat16"))
+
+
 def test_missing_fields_take_the_slow_path_with_the_same_meaning():
     full = entry(0, 1)
     full["input_sizes"] = []

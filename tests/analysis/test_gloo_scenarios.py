@@ -18,6 +18,22 @@ def test_healthy_job_says_no_hang(gloo_dumps, layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_rank_dependent_sizes_of_gather_scatter_and_all_to_all_are_not_a_mismatch(gloo_dumps, layout):
+    # gather/scatter roots record buffers the other ranks do not; all_to_all splits differ per rank
+    s = analyze_folder(gloo_dumps["uneven"] / layout)
+    assert s.verdict is Verdict.NO_HANG, s.findings
+    assert s.findings == ()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_skip_after_rank_dependent_collectives_still_blames_the_rank_that_skipped(gloo_dumps, layout):
+    s = analyze_folder(gloo_dumps["uneven_skip"] / layout)
+    assert s.verdict is Verdict.NOT_ENTERED
+    assert s.culprit_ranks == (2,) and s.waiting_ranks == (0, 1)
+    assert s.op == "all_reduce"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_rank_stuck_outside_collectives_is_not_entered_with_its_stack_frame(gloo_dumps, layout):
     s = analyze_folder(gloo_dumps["outside"] / layout)
     assert s.verdict is Verdict.NOT_ENTERED
