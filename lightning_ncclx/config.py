@@ -168,7 +168,9 @@ class WatchdogConfig:
     train_step_seconds: float = 300.0
     """Threshold for an ordinary training step (upper bound of the ``auto`` threshold)."""
     validation_seconds: float = 500.0
-    """Threshold for one validation batch or the validation epoch's start and end."""
+    """Threshold for one validation batch, the validation epoch's start and end, and a training
+    epoch's boundaries (epoch-end work; a later epoch's start until its first batch, while the
+    loader's workers restart)."""
     checkpoint_seconds: float = 500.0
     """Threshold while a checkpoint is saved."""
     auto: AutoThresholdConfig = field(default_factory=AutoThresholdConfig)

@@ -118,7 +118,9 @@ class StallWatchdog(Callback):
         self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
+        # Lightning creates a later epoch's loader iterator (workers start, first batch is
+        # prefetched) after this hook: a step threshold would flag a slow loader start.
+        self._beat(Phase.setup if self._batches() == 0 else Phase.epoch_start, trainer)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._runtime is not None:

@@ -31,6 +31,9 @@ class Phase(str, Enum):
     first_step = "first_step"
     """The first training batch of this process (compilation, lazy communicator set-up)."""
     train_step = "train_step"
+    epoch_start = "epoch_start"
+    """From a later training epoch's start to its first batch: the loader's workers restart and
+    its first batch is fetched then, which can take far longer than a step."""
     validation = "validation"
     checkpoint = "checkpoint"
     idle = "idle"
@@ -128,7 +131,7 @@ class Heartbeat:
             return math.inf
         if phase in (Phase.setup, Phase.first_step):
             return cfg.first_step_seconds
-        if phase is Phase.validation:
+        if phase in (Phase.validation, Phase.epoch_start):
             return max(cfg.validation_seconds, cfg.first_step_seconds) if warming_up else cfg.validation_seconds
         if phase is Phase.checkpoint:
             return cfg.checkpoint_seconds

@@ -148,3 +148,21 @@ def test_steps_are_counted_in_batches_not_optimizer_steps() -> None:
         clock.advance(1.0)
         hb.train_batch_end(global_step=0)
     assert hb.batches == 4 and hb.progress()["step"] == 4 and hb.progress()["global_step"] == 0
+
+
+def test_a_later_epochs_start_waits_with_the_validation_threshold_not_the_learned_step_one():
+    clock = FakeClock()
+    cfg = WatchdogConfig(train_step_seconds=100.0, validation_seconds=50.0,
+                         auto=AutoThresholdConfig(multiplier=2.0, floor_seconds=1.0, warmup_steps=1))
+    hb = Heartbeat(cfg, clock=clock)
+    for _ in range(3):
+        hb.train_batch_start()
+        clock.advance(1.0)
+        hb.train_batch_end()
+    assert hb.threshold(Phase.train_step) == 2.0
+    hb.beat(Phase.epoch_start)
+    clock.advance(20.0)  # the loader's workers restart
+    assert hb.check() is None
+    clock.advance(31.0)
+    stall = hb.check()
+    assert stall is not None and stall.phase is Phase.epoch_start and stall.threshold_seconds == 50.0

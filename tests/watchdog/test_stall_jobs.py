@@ -114,8 +114,9 @@ def test_node_local_dump_folders_are_gathered_through_the_store(tmp_path: Path) 
 
 
 def test_slow_but_healthy_run_raises_no_alarm(tmp_path: Path) -> None:
-    """Slow first step, slow steps, a validation batch and a checkpoint each longer than
-    train_step_seconds, two epochs: no dump, and the job ends normally."""
+    """Slow first step, slow steps, a validation batch, a checkpoint and the second epoch's first
+    batch (its loader starting) each longer than train_step_seconds, two epochs: no dump, and the
+    job ends normally."""
     result = run_job(tmp_path, "--fault", "healthy_slow", "--batches", "4", "--epochs", "2",
                      "--strategy", default_strategy())
     assert result.returncode == 0, result.log[-4000:]

@@ -9,7 +9,8 @@ Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``
 all_reduce), ``stuck_train`` (sleeps in training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
-validation batch and a slow checkpoint: no alarm expected).
+validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
+expected).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Data(Dataset):
         self.calls += 1
         if a.fault == "stuck_loader" and rank() == a.fault_rank and self.calls - 1 == a.at_batch:
             time.sleep(FOREVER)
+        if a.fault == "healthy_slow" and self.calls - 1 == a.batches:
+            time.sleep(4.5)  # the second epoch's first batch (workers starting): slower than a step
         return torch.randn(4)
 
 
