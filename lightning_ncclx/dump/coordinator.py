@@ -135,6 +135,18 @@ class EventCoordinator:
         self.last_seen = number
         return EventInfo.from_json(number, raw)
 
+    def skip_past_events(self) -> int:
+        """Start after the events already in the store, and return how many there were.
+
+        ``trainer.validate`` or a second ``fit`` after a fit keeps the process group and its
+        store, but starts a new watchdog: without this it would take the earlier events for
+        new ones and dump every rank again, over the earlier dump."""
+        number = self.last_seen
+        while self.store.check([f"ev/{number + 1}/meta"]):
+            number += 1
+        self.last_seen = number
+        return number
+
     def poll(self) -> EventInfo | None:
         """The next event another rank started, if any (one ``check`` round trip)."""
         number = self.last_seen + 1

@@ -70,6 +70,12 @@ class WatchdogRuntime:
 
     # ------------------------------------------------------------------------------ life cycle
     def start(self) -> None:
+        try:
+            past = self.coordinator.skip_past_events()
+            if past:
+                log.debug("[rank %d] %d earlier dump event(s) in the store: skipped", self.rank, past)
+        except Exception:  # noqa: BLE001 - a store that cannot answer now is retried by every poll
+            log.warning("[rank %d] could not read earlier dump events from the store", self.rank, exc_info=True)
         self._install_signal()
         self._thread.start()
         log.debug("[rank %d] stall watchdog started, dumps go to %s", self.rank, self.dump_dir)

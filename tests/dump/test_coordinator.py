@@ -60,6 +60,21 @@ def test_a_rank_that_saw_the_event_proposes_the_next_one() -> None:
     assert b.propose("exception").name == "exception-rank1-003"
 
 
+def test_a_new_watchdog_on_the_same_store_starts_after_the_earlier_events() -> None:
+    first_run = coordinators(2)
+    first_run[0].propose("on_demand")
+    assert first_run[1].poll() is not None
+    assert first_run[1].propose("stall").number == 2
+    store = first_run[0].store
+    later = EventCoordinator(store, 1, 2)  # trainer.validate after fit: same store, new watchdog
+    assert later.skip_past_events() == 2
+    assert later.poll() is None
+    other = EventCoordinator(store, 0, 2)
+    other.skip_past_events()
+    assert other.propose("stall").number == 3
+    assert later.poll().number == 3
+
+
 def test_wait_for_dumps_names_what_arrived_by_the_deadline(tmp_path: Path) -> None:
     clock = FakeClock()
     r0, r1, r2 = coordinators(3, clock)

@@ -127,9 +127,12 @@ def test_slow_but_healthy_run_raises_no_alarm(tmp_path: Path) -> None:
 
 def test_sigusr2_dumps_every_rank_and_training_continues(tmp_path: Path) -> None:
     result = run_job(tmp_path, "--fault", "signal", "--fault-rank", "0", "--batches", "12",
-                     "--on-stall", "dump", "--strategy", "ddp")
+                     "--on-stall", "dump", "--strategy", "ddp", "--then-validate")
     assert result.returncode == 0, result.log[-4000:]
     events = result.events()
     assert [e.name for e in events] == ["ondemand-001"], f"{events}\n{result.log[-4000:]}"
+    # trainer.validate after fit starts a new watchdog on the same store: the old event is not
+    # taken for a new one (which would dump every rank again, over the first dump)
+    assert result.log.count("ondemand-001 (on_demand") == WORLD, result.log[-4000:]
     found = assert_every_rank_dumped(events[0], WORLD, result.log)
     assert found[0]["reason"] == "on_demand"

@@ -54,6 +54,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--node-local", action="store_true", help="a separate dump folder per rank")
     p.add_argument("--no-gather", action="store_true")
     p.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --dump-dir/logs")
+    p.add_argument("--then-validate", action="store_true", help="run trainer.validate after fit (same process group)")
     return p.parse_args()
 
 
@@ -121,6 +122,8 @@ class Model(LightningModule):
             dist.all_reduce(torch.ones(1), group=self.sub)
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        if self.args.then_validate and self.trainer.state.fn == "validate":
+            time.sleep(0.5)  # long enough for the new watchdog thread to poll the store a few times
         if self.args.fault == "healthy_slow" and batch_idx == 0 and not self.trainer.sanity_checking:
             time.sleep(5.0)  # longer than train_step_seconds, shorter than validation_seconds
 
@@ -171,7 +174,10 @@ def main() -> int:
     )
     loader = DataLoader(Data(args, 64), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)
-    trainer.fit(Model(args), loader, val)
+    model = Model(args)
+    trainer.fit(model, loader, val)
+    if args.then_validate:
+        trainer.validate(model, val)
     return 0
 
 
