@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from dataclasses import replace
 from typing import Mapping
 
 from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
@@ -125,12 +126,17 @@ def analyze(loaded: LoadedFolder) -> Summary:
             findings.append(finding_from(group, div, tracks, states))
         if missing:
             findings.append(_missing_finding(group, div, missing, states))
-        elif div.kind == "in_flight":
+        elif div.kind == "in_flight" and group.membership_known:
             notes.append(f"all {len(tracks)} dumped rank(s) of {_group_label(group)} entered "
                          f"{div.majority[0] if div.majority else '?'} (seq {div.seq}) and it has not finished: "
                          "no rank is missing from it; if this is a hang, look below the collective "
                          "(GPU kernel, network)")
+        elif div.kind == "in_flight":
+            notes.append(f"rank(s) {_ranks(tuple(sorted(tracks)))} are in {div.majority[0] if div.majority else '?'} "
+                         f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "
+                         "the dumps): a member that never entered it cannot be seen here")
     findings.extend(p2p_findings(by_lib, groups, states))
+    findings = _with_order_deadlocks(findings)
     stuck = {(f.group.lib, f.group.name) for f in findings}
     findings.sort(key=lambda f: _priority(f, stuck))
     missing_ranks = tuple(r for r in range(world) if r not in seen)
@@ -148,6 +154,27 @@ def analyze(loaded: LoadedFolder) -> Summary:
         per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts),
         context=_context_extras(loaded, world),
     )
+
+
+def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
+    """Add evidence where two groups wait on each other: the culprits of one group's finding
+    are inside another group's collective, whose own culprits are waiting in the first. Each
+    side alone reads "not entered"; together they are a call-order deadlock."""
+    not_entered = {(f.group.lib, f.group.name): f for f in findings if f.kind is Verdict.NOT_ENTERED}
+    out = []
+    for f in findings:
+        own = (f.group.lib, f.group.name)
+        for c in f.culprit_states:
+            other = not_entered.get(c.group) if c.state == "in_collective" and c.group != own else None
+            if other is None or not set(other.ranks) & set(f.waiting_ranks):
+                continue
+            cycle = (f"deadlock across groups: rank(s) {_ranks(f.ranks)} wait in {other.op} of group "
+                     f"{other.group.name} for rank(s) {_ranks(other.ranks)}, which wait in {f.op} of group "
+                     f"{f.group.name} for them: these ranks call the two groups in a different order")
+            f = replace(f, evidence=(cycle,) + f.evidence)
+            break
+        out.append(f)
+    return out
 
 
 _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))

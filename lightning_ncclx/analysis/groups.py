@@ -37,11 +37,12 @@ def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankCon
     for (lib, name), ranks_seen in sorted(mentions.items()):
         desc = descs[(lib, name)]
         ranks = _declared(lib, name, traces, contexts)
+        known = ranks is not None
         if ranks is None:
             ranks = tuple(sorted(ranks_seen))
             if desc == "default_pg" or (name == "0" and desc in ("", "undefined")):
-                ranks = tuple(range(max(world, max(ranks_seen) + 1)))
-        out[(lib, name)] = GroupRef(name=name, desc=desc, ranks=ranks, lib=lib)
+                ranks, known = tuple(range(max(world, max(ranks_seen) + 1))), True
+        out[(lib, name)] = GroupRef(name=name, desc=desc, ranks=ranks, lib=lib, membership_known=known)
     return out
 
 

@@ -164,9 +164,13 @@ class GroupRef:
     desc: str
     ranks: tuple[int, ...]
     lib: str = ""
+    membership_known: bool = True
+    """False when no ``pg_config`` declared the group (raw gloo dumps): ``ranks`` are then only
+    the ranks whose dumps mention it, and a member that recorded nothing in it is not among them."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "desc": self.desc, "ranks": list(self.ranks), "backend": self.lib}
+        return {"name": self.name, "desc": self.desc, "ranks": list(self.ranks), "backend": self.lib,
+                "membership_known": self.membership_known}
 
 
 @dataclass(frozen=True)

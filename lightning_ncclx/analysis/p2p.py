@@ -40,4 +40,4 @@ def p2p_findings(by_lib: Mapping[str, Mapping[int, RankTrace]], groups: Mapping[
 
 def _guess_group(lib: str, name: str, traces: Mapping[int, RankTrace]) -> GroupRef:
     ranks = tuple(sorted(r for r, t in traces.items() if any(p.group == name for p in t.p2p)))
-    return GroupRef(name, "", ranks, lib)
+    return GroupRef(name, "", ranks, lib, membership_known=False)

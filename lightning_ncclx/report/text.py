@@ -50,6 +50,7 @@ def render_text(summary: Summary) -> str:
         for c in d.findings[0].culprit_states:
             host = f" on {d.hosts[c.rank]}" if c.rank in d.hosts else ""
             out.append(f"  rank {c.rank}{host}: {c.detail}" + (f"\n    at {c.location}" if c.location else ""))
+        out.extend(f"  {e}" for e in d.findings[0].evidence if e.startswith("deadlock across groups"))
     out.append("")
     out.append(f"ranks seen: {len(d.ranks_seen)}" + (f"; missing: {_ranks(d.ranks_missing)}" if d.ranks_missing else ""))
     out.extend(_location_lines(d))

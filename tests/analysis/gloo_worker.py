@@ -124,6 +124,7 @@ def main() -> None:
                             timeout=datetime.timedelta(seconds=30))
     t = torch.ones(4)
     sub = dist.new_group([1, 2]) if SCENARIO in ("subgroup", "wrap") else None
+    other = dist.new_group(list(range(WORLD))) if SCENARIO == "order" else None
     for _ in range(3):
         step_a(t)
     if SCENARIO == "healthy":
@@ -161,6 +162,10 @@ def main() -> None:
         dist.broadcast(t, 0) if RANK == CULPRIT else step_a(t)
     elif SCENARIO == "size":
         step_a(torch.ones(2) if RANK == CULPRIT else t)
+    elif SCENARIO == "order":  # the culprit calls two groups in the opposite order: a deadlock
+        first, second = (other, None) if RANK == CULPRIT else (None, other)
+        step_a(t, group=first)
+        step_b(t, group=second)
     elif SCENARIO == "outside":
         wait_outside_collectives() if RANK == CULPRIT else step_a(t)
     elif SCENARIO == "subgroup":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_ncclx.analysis import Verdict, analyze_folder
+from lightning_ncclx.report import render_text
 
 LAYOUTS = ("ours", "torch")
 
@@ -31,6 +32,25 @@ def test_a_skip_after_rank_dependent_collectives_still_blames_the_rank_that_skip
     assert s.verdict is Verdict.NOT_ENTERED
     assert s.culprit_ranks == (2,) and s.waiting_ranks == (0, 1)
     assert s.op == "all_reduce"
+
+
+def test_groups_called_in_opposite_order_name_the_odd_rank_and_the_cycle(gloo_dumps):
+    s = analyze_folder(gloo_dumps["order"] / "ours")
+    assert s.verdict is Verdict.NOT_ENTERED
+    assert s.culprit_ranks == (2,) and s.waiting_ranks == (0, 1)
+    head = s.findings[0]
+    assert head.culprit_states[0].state == "in_collective"
+    assert head.evidence[0].startswith("deadlock across groups: rank(s) 2 wait in all_reduce of group ")
+    assert "for rank(s) 0, 1" in head.evidence[0]
+    assert "deadlock across groups" in render_text(s).split("ranks seen")[0]
+
+
+def test_raw_gloo_dumps_do_not_claim_a_group_of_unknown_members_is_complete(gloo_dumps):
+    # gloo's raw pg_config does not declare sub-groups: only rank 2 recorded in the second group
+    s = analyze_folder(gloo_dumps["order"] / "torch")
+    assert s.culprit_ranks == (2,)
+    assert not any("no rank is missing" in n for n in s.notes)
+    assert any("whose members are unknown" in n for n in s.notes), s.notes
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

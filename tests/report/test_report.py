@@ -39,7 +39,8 @@ def test_text_is_plain_and_leads_with_the_culprit(hung):
 def test_json_is_the_documented_form(hung):
     d = json.loads(render_json(hung))
     assert d["schema"] == SCHEMA and d["verdict"] == "not_entered" and d["culprit_ranks"] == [1]
-    assert d["process_group"] == {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2], "backend": "nccl"}
+    assert d["process_group"] == {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2], "backend": "nccl",
+                                  "membership_known": True}
     assert d["collective_seq_id"] == 31 and d["op"] == "all_reduce" and d["waiting_ranks"] == [0, 2]
     for key in ("findings", "unreadable", "ranks_seen", "ranks_missing", "hosts", "dump_locations", "stragglers",
                 "per_rank", "context"):
