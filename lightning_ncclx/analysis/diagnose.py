@@ -94,13 +94,19 @@ def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
         rank = 0
     elif any(c.group in stuck - {own} for c in f.culprit_states):
         rank = 4
+    elif f.kind is Verdict.DUMP_MISSING and f.culprit_states and all(
+            c.state == "process_gone" for c in f.culprit_states):
+        rank = 1  # a rank known to have died is as likely a root cause as one outside every collective
     elif f.kind is Verdict.DUMP_MISSING:
         rank = 2
     elif f.culprit_states and all(c.state == "in_collective" for c in f.culprit_states):
         rank = 3
     else:
         rank = 1
-    return (rank, f.confidence != "high", f.time_ns or float("inf"), f.group.name)
+    # The earliest divergence is the root cause; for missing dumps, the group the dumped ranks
+    # were in most recently is where they wait.
+    when = -f.time_ns if f.kind is Verdict.DUMP_MISSING else (f.time_ns or float("inf"))
+    return (rank, f.confidence != "high", when, f.group.name)
 
 
 def analyze(loaded: LoadedFolder) -> Summary:
@@ -113,6 +119,10 @@ def analyze(loaded: LoadedFolder) -> Summary:
     seen = tuple(sorted({t.rank for t in traces}))
     world = world_size(traces, contexts)
     states = {r: culprit_state(r, by_lib, loaded.stacks) for r in range(max(world, 1))}
+    for r in loaded.gone_ranks:
+        if states.get(r) is not None and states[r].state == "no_dump":
+            states[r] = CulpritState(r, "process_gone", "no dump: its process had exited when the dumps were "
+                                     "collected (crashed, OOM-killed or killed)", states[r].location)
     findings: list[Finding] = []
     notes: list[str] = []
     stragglers = []
@@ -125,7 +135,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         if div.kind in ("mismatch", "behind"):
             findings.append(finding_from(group, div, tracks, states))
         if missing:
-            findings.append(_missing_finding(group, div, missing, states))
+            findings.append(_missing_finding(group, div, missing, states, tracks))
         elif div.kind == "in_flight" and group.membership_known:
             notes.append(f"all {len(tracks)} dumped rank(s) of {_group_label(group)} entered "
                          f"{div.majority[0] if div.majority else '?'} (seq {div.seq}) and it has not finished: "
@@ -181,8 +191,19 @@ _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))
 
 
 def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
-                     states: Mapping[int, CulpritState]) -> Finding:
+                     states: Mapping[int, CulpritState], tracks: Mapping[int, GroupTrack]) -> Finding:
     op = div.majority[0] if div.majority else "?"
+    if not div.time_ns:  # healthy: the time of the dumped ranks' newest collective in this group
+        div = replace(div, time_ns=max((t.times_ns[-1] for t in tracks.values() if t.seqs), default=0))
+    if all(states.get(r) is not None and states[r].state == "process_gone" for r in missing):
+        where = f"the dumped ranks are in {op} (seq {div.seq})" if div.kind != "healthy" else (
+            f"the dumped ranks agree with each other (last: {op}, seq {div.seq})")
+        msg = (f"dump_missing: the process of rank(s) {_ranks(missing)} of {_group_label(group)} had exited when "
+               f"the dumps were collected (crashed, OOM-killed or killed; its log and the kernel log say why); "
+               f"{where}")
+        waiting = tuple(r for r in group.ranks if r not in missing)
+        return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},
+                       waiting, tuple(states[r] for r in missing), msg, "high", div.time_ns)
     if div.kind == "healthy":
         msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump, and the dumped "
                f"ranks agree with each other (last: {op}, seq {div.seq}): the missing ranks died, were killed or "

@@ -163,7 +163,24 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     traces = _dedupe([r for r in results if isinstance(r, RankTrace)])
     unreadable.extend(r for r in results if isinstance(r, Unreadable))
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
-                        _locations(traces, contexts, roots[0]))
+                        _locations(traces, contexts, roots[0]), read_gone_ranks(roots[0]))
+
+
+COLLECTION_FILE = "collection.json"
+
+
+def read_gone_ranks(root: Path) -> tuple[int, ...]:
+    """Ranks the watchdog found dead when it collected this event (``collection.json``'s
+    ``gone_ranks``); () without that file or when it does not parse."""
+    path = root / COLLECTION_FILE
+    try:
+        data = json.loads(path.read_bytes()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return ()
+    gone = data.get("gone_ranks") if isinstance(data, dict) else None
+    if not isinstance(gone, list):
+        return ()
+    return tuple(sorted({r for r in gone if isinstance(r, int) and not isinstance(r, bool) and r >= 0}))
 
 
 def _dedupe(traces: list[RankTrace]) -> list[RankTrace]:

@@ -156,6 +156,8 @@ class LoadedFolder:
     stacks: Mapping[int, str]  # rank -> main thread's innermost user frame
     unreadable: tuple[Unreadable, ...]
     dump_locations: Mapping[str, tuple[str, ...]]
+    gone_ranks: tuple[int, ...] = ()
+    """Ranks whose process had exited when the watchdog collected the dumps."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,8 @@ class GroupRef:
 
 @dataclass(frozen=True)
 class CulpritState:
-    """Where a culprit rank was: ``in_collective`` (which one), ``outside_collective``, ``no_dump``."""
+    """Where a culprit rank was: ``in_collective`` (which one), ``outside_collective``, ``no_dump``,
+    ``process_gone`` (no dump, and its process had exited when the dumps were collected)."""
 
     rank: int
     state: str

@@ -15,6 +15,11 @@ Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d stor
     Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``).
 ``ev/<n>/done``
     JSON ``{"exit": bool}``, set by the initiator once the summary is written.
+``procs/<host>``
+    One JSON line per watchdog started on that host: ``{"rank", "host", "pid", "start_ticks"}``.
+``ev/<n>/gone``
+    Lines naming ranks whose process a rank on the same host found gone during event ``n``:
+    the initiator stops waiting for them.
 
 Only non-blocking calls are used (``check`` before ``get``): ``TCPStore.get`` blocks until the key
 exists. Nothing here runs per training step: the watchdog thread polls once per interval.
@@ -30,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from lightning_ncclx.dump.liveness import ProcessInfo, is_gone
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,8 @@ class EventCoordinator:
         """Set by the owner: True when an event folder of that name exists (an earlier run)."""
         self._clock = clock
         self._sleep = sleep
+        self._me: ProcessInfo | None = None
+        self._reported_gone: dict[int, set[int]] = {}
 
     def _get_if_present(self, key: str) -> bytes | None:
         if not self.store.check([key]):
@@ -174,10 +183,58 @@ class EventCoordinator:
     def dumped_count(self, event: EventInfo) -> int:
         return int(self.store.add(f"ev/{event.number}/dumped", 0))
 
-    def wait_for_dumps(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.1) -> dict[int, dict]:
-        """Rank -> its announcement, once every rank announced or the deadline passed."""
+    # ------------------------------------------------------------------ processes that are gone
+    def register_process(self, me: ProcessInfo) -> None:
+        """Once per watchdog: lets the other ranks of ``me.host`` check on this process."""
+        self.store.append(f"procs/{me.host}", me.to_json() + "\n")
+        self._me = me
+
+    def check_local_peers(self, event: EventInfo) -> set[int]:
+        """Ranks of this host whose process is gone (newly found ones are reported to all)."""
+        if self._me is None:
+            return set()
+        raw = self._get_if_present(f"procs/{self._me.host}")
+        latest: dict[int, ProcessInfo] = {}
+        for line in (raw or b"").decode(errors="replace").splitlines():
+            try:
+                info = ProcessInfo.from_json(line)
+            except (ValueError, KeyError, TypeError):
+                continue
+            latest[info.rank] = info
+        gone = {r for r, info in latest.items() if r != self.rank and info.host == self._me.host and is_gone(info)}
+        reported = self._reported_gone.setdefault(event.number, set())
+        new = sorted(gone - reported)
+        if new:
+            self.store.append(f"ev/{event.number}/gone", "".join(f"{r}\n" for r in new))
+            reported.update(new)
+        return gone
+
+    def gone_ranks(self, event: EventInfo) -> set[int]:
+        """Every rank some rank of its host reported gone during ``event``."""
+        raw = self._get_if_present(f"ev/{event.number}/gone")
+        return {int(x) for x in (raw or b"").split() if x.isdigit()}
+
+    def _missing_but_gone(self, event: EventInfo) -> int:
+        self.check_local_peers(event)
+        return sum(1 for r in self.gone_ranks(event) if not self.store.check([f"ev/{event.number}/rank/{r}"]))
+
+    def wait_for_dumps(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.1,
+                       liveness_every_seconds: float = 0.5) -> dict[int, dict]:
+        """Rank -> its announcement, once every rank announced (or is gone: its process exited)
+        or the deadline passed."""
         deadline = self._clock() + timeout_seconds
-        while self.dumped_count(event) < self.world_size and self._clock() < deadline:
+        next_liveness = self._clock()
+        while self._clock() < deadline:
+            count = self.dumped_count(event)
+            if count >= self.world_size:
+                break
+            if self._clock() >= next_liveness:
+                next_liveness = self._clock() + liveness_every_seconds
+                try:
+                    if count + self._missing_but_gone(event) >= self.world_size:
+                        break
+                except Exception:  # noqa: BLE001 - without liveness, wait for the deadline
+                    log.debug("checking for gone ranks failed", exc_info=True)
             self._sleep(poll_seconds)
         found: dict[int, dict] = {}
         for rank in range(self.world_size):

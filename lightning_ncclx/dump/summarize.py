@@ -29,6 +29,8 @@ class CollectionResult:
     world_size: int
     dumped_ranks: list[int]
     missing_ranks: list[int]
+    gone_ranks: list[int] = field(default_factory=list)
+    """Missing ranks whose process a rank on the same host found exited."""
     gathered: dict[int, str] = field(default_factory=dict)
     """Rank -> folder its files were written to after being pulled through the store."""
     verdict: str | None = None
@@ -106,11 +108,21 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
         dumped_ranks=sorted(announced),
         missing_ranks=[r for r in range(coordinator.world_size) if r not in announced],
     )
+    if result.missing_ranks:
+        try:
+            gone = coordinator.gone_ranks(event)
+        except Exception:  # noqa: BLE001
+            gone = set()
+        result.gone_ranks = sorted(gone & set(result.missing_ranks))
     if gather_through_store:
         result.gathered = gather_missing(coordinator, event, folder, announced)
-    if result.missing_ranks:
+    waited_for = [r for r in result.missing_ranks if r not in result.gone_ranks]
+    if result.gone_ranks:
+        log.warning("[rank %d] %s: the process of rank(s) %s had exited: no dump from them", rank, event.name,
+                    result.gone_ranks)
+    if waited_for:
         log.warning("[rank %d] %s: no dump from rank(s) %s within %.0f s", rank, event.name,
-                    result.missing_ranks, collect_timeout_seconds)
+                    waited_for, collect_timeout_seconds)
     _write_collection(result)
     extra_roots = tuple(sorted({Path(p) for p in result.gathered.values()}))
     summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank)
@@ -130,6 +142,7 @@ def _write_collection(result: CollectionResult) -> None:
         "world_size": result.world_size,
         "dumped_ranks": result.dumped_ranks,
         "missing_ranks": result.missing_ranks,
+        "gone_ranks": result.gone_ranks,
         "gathered": {str(k): v for k, v in result.gathered.items()},
         "verdict": result.verdict,
         "culprit_ranks": result.culprit_ranks,

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from lightning_ncclx.config import StallAction, WatchdogConfig
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_job_store
+from lightning_ncclx.dump.liveness import this_process
 from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summarize
 from lightning_ncclx.dump.writer import host_name, write_rank_dump
 from lightning_ncclx.watchdog.heartbeat import Heartbeat
@@ -74,6 +75,7 @@ class WatchdogRuntime:
             past = self.coordinator.skip_past_events()
             if past:
                 log.debug("[rank %d] %d earlier dump event(s) in the store: skipped", self.rank, past)
+            self.coordinator.register_process(this_process(self.rank))
         except Exception:  # noqa: BLE001 - a store that cannot answer now is retried by every poll
             log.warning("[rank %d] could not read earlier dump events from the store", self.rank, exc_info=True)
         self._install_signal()
@@ -174,6 +176,13 @@ class WatchdogRuntime:
             self.coordinator.announce_dumped(event, host_name(), files, folder, self.config.gather_through_store)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] announcing the dump through the store failed", self.rank, exc_info=True)
+        try:
+            gone = self.coordinator.check_local_peers(event)
+            if gone:
+                log.warning("[rank %d] %s: the process of rank(s) %s on this host is gone", self.rank, event.name,
+                            sorted(gone))
+        except Exception:  # noqa: BLE001
+            log.debug("[rank %d] checking this host's other ranks failed", self.rank, exc_info=True)
         if self.on_dumped is not None:
             try:
                 self.on_dumped(event.reason)
@@ -205,6 +214,7 @@ class WatchdogRuntime:
         self.results.append(result)
         header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
                   + (f", NO dump from ranks {result.missing_ranks}" if result.missing_ranks else "")
+                  + (f" (process gone: ranks {result.gone_ranks})" if result.gone_ranks else "")
                   + f"; verdict {result.verdict}, culprit ranks {result.culprit_ranks}; folder {folder}")
         log.warning(header)
         if result.text:

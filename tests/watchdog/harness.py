@@ -84,6 +84,37 @@ def run_job(tmp_path: Path, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) ->
 
 
 
+def run_ranks_by_hand(tmp_path: Path, world: int, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) -> JobResult:
+    """Start every rank of the job ourselves (``LOCAL_RANK`` set: Lightning launches nothing and
+    has no observer that kills the job when a rank dies, as under ``srun`` without
+    ``--kill-on-bad-exit``). ``returncode`` is the highest exit code; each rank's log is appended."""
+    from support import clean_env, kill_session, start_job
+
+    dump_dir = tmp_path / "dumps"
+    port = str(free_port())
+    procs, logs = [], []
+    try:
+        for rank in range(world):
+            env = clean_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "LOCAL_RANK": str(rank),
+                             "NODE_RANK": "0", "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1"})
+            logs.append(tmp_path / f"rank{rank}.log")
+            procs.append(start_job([sys.executable, str(JOB), "--dump-dir", str(dump_dir), "--devices", str(world), *args],
+                                   env=env, cwd=tmp_path, log=logs[-1]))
+        codes: list[int | None] = []
+        for p in procs:
+            try:
+                codes.append(p.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+    finally:
+        for p in procs:
+            kill_session(p)
+            p.wait()
+    text = "\n".join(f"[rank {r} log]\n" + path.read_text(errors="replace") for r, path in enumerate(logs))
+    code = None if None in codes else max(codes)
+    return JobResult(code, text, dump_dir)
+
+
 def assert_every_rank_dumped(folder: Path, world_size: int, log: str = "") -> dict[int, dict[str, Any]]:
     found = contexts(folder)
     assert sorted(found) == list(range(world_size)), f"dumps from {sorted(found)} in {folder}\n{log[-4000:]}"

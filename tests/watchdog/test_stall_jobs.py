@@ -14,6 +14,7 @@ from watchdog.harness import (
     assert_every_rank_dumped,
     default_strategy,
     run_job,
+    run_ranks_by_hand,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -136,3 +137,23 @@ def test_sigusr2_dumps_every_rank_and_training_continues(tmp_path: Path) -> None
     assert result.log.count("ondemand-001 (on_demand") == WORLD, result.log[-4000:]
     found = assert_every_rank_dumped(events[0], WORLD, result.log)
     assert found[0]["reason"] == "on_demand"
+
+
+def test_a_rank_that_dies_is_named_as_gone_without_waiting_for_its_dump(tmp_path: Path) -> None:
+    """Rank 2 is SIGKILLed mid-step (as by the OOM killer); its peers' gloo collective fails and
+    they dump. A rank of the same host finds rank 2's process gone, so the initiator summarizes
+    at once (collect_timeout_seconds is 15 s here) and names rank 2 as ``process_gone``."""
+    result = run_ranks_by_hand(tmp_path, WORLD, "--fault", "die", "--fault-rank", "2", "--strategy", "ddp_ncclx")
+    assert result.returncode is not None, result.log[-6000:]
+    events = result.events("exception-")
+    assert len(events) == 1, f"{events}\n{result.log[-6000:]}"
+    folder = events[0]
+    collection = json.loads((folder / "collection.json").read_text())
+    assert collection["missing_ranks"] == [2] and collection["gone_ranks"] == [2], collection
+    summary = assert_culprit(folder, 2, result.log)
+    assert summary["verdict"] == "dump_missing"
+    assert summary["op"] == "all_reduce"  # the sub-group collective the others were in, not an older one
+    head = summary["findings"][0]
+    assert head["confidence"] == "high"
+    assert [c["state"] for c in head["culprit_states"]] == ["process_gone"]
+    assert "no dump from rank(s) [2] within" not in result.log  # it was not waited for

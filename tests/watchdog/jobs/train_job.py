@@ -102,6 +102,8 @@ class Model(LightningModule):
             os.kill(os.getpid(), signal.SIGUSR2)  # as `kill -USR2 <pid>` would
         if a.fault == "signal" and batch_idx > a.at_batch:
             time.sleep(0.5)  # let the on-demand event finish while training goes on
+        if faulty and a.fault == "die":
+            os.kill(os.getpid(), signal.SIGKILL)  # OOM killer, segfault, node trouble: no Python runs
         if faulty and a.fault == "raise":
             raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
         t = torch.ones(3)
