@@ -1,0 +1,45 @@
+"""``is_gone`` on real processes: alive, exited but not reaped (zombie), reaped, pid reused."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+from lightning_ncclx.dump.liveness import ProcessInfo, is_gone, this_process
+
+
+def _info_of(proc: subprocess.Popen) -> ProcessInfo:
+    with open(f"/proc/{proc.pid}/stat") as f:
+        raw = f.read()
+    ticks = int(raw[raw.rindex(")") + 2:].split()[19])
+    return ProcessInfo(7, "host", proc.pid, ticks)
+
+
+def test_this_process_is_alive_and_round_trips_through_json() -> None:
+    me = this_process(rank=3)
+    assert me.rank == 3 and not is_gone(me)
+    assert ProcessInfo.from_json(me.to_json()) == me
+
+
+def test_an_exited_child_is_gone_before_and_after_it_is_reaped() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        info = _info_of(proc)
+        assert not is_gone(info)
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while not is_gone(info) and time.monotonic() < deadline:  # a zombie until reaped
+            time.sleep(0.02)
+        assert is_gone(info)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert is_gone(info)
+
+
+def test_a_pid_now_used_by_another_process_is_gone() -> None:
+    me = this_process(rank=0)
+    assert me.start_ticks is not None
+    assert is_gone(dataclasses.replace(me, start_ticks=me.start_ticks + 1))
