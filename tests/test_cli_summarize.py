@@ -67,3 +67,29 @@ def test_some_ranks_unreadable_still_analyzes_the_rest(tmp_path, capsys):
     captured = capsys.readouterr()
     assert json.loads(captured.out)["unreadable"][0]["path"].endswith("nccl_trace_rank_2")
     assert "skipped" in captured.err
+
+
+def _event(folder: Path, culprit: int, mtime: float) -> None:
+    """One of our event folders: two NCCL traces and their context files."""
+    import os
+
+    groups = {"0": ("default_pg", [0, 1])}
+    for rank in (0, 1):
+        entries = collectives(5 if rank != culprit else 4, last_state="started" if rank != culprit else "completed")
+        write(folder, f"rank_{rank:05d}.nccl.fr.pkl", dump(entries, groups))
+        ctx = folder / f"rank_{rank:05d}.context.json"
+        ctx.write_text(json.dumps({"rank": rank, "world_size": 2, "event": folder.name, "host": "h"}))
+        os.utime(ctx, (mtime, mtime))
+    (folder / "ranks" / "h").mkdir(parents=True)  # a gathered copy is part of its event, not one more
+
+
+def test_a_run_folder_with_several_events_summarizes_the_newest_and_says_so(tmp_path, capsys):
+    _event(tmp_path / "stall-001", culprit=1, mtime=1_000_000)
+    _event(tmp_path / "stall-002", culprit=0, mtime=2_000_000)
+    assert main(["summarize", str(tmp_path), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["culprit_ranks"] == [0]
+    assert "holds 2 dump events (stall-001, stall-002); summarizing the newest" in captured.err
+    assert main(["summarize", str(tmp_path / "stall-001"), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["culprit_ranks"] == [1] and "dump events" not in captured.err

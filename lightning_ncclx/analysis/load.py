@@ -169,6 +169,33 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
 COLLECTION_FILE = "collection.json"
 
 
+def event_folders(root: str | os.PathLike) -> list[Path]:
+    """The dump events under ``root``, oldest first: folders that directly hold our
+    ``rank_<R>.context.json`` files (``ranks/<host>/`` copies belong to their event). ``[root]``
+    when ``root`` is itself one event; ``[]`` when it holds no context file (e.g. torch's own
+    dumps)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    newest: dict[Path, float] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        folder = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if d != "ranks")
+        times = [_mtime(folder / f) for f in filenames if _CONTEXT.match(f)]
+        if times:
+            newest[folder] = max(times)
+            if folder == root:
+                return [root]
+    return sorted(newest, key=lambda f: (newest[f], str(f)))
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def read_gone_ranks(root: Path) -> tuple[int, ...]:
     """Ranks the watchdog found dead when it collected this event (``collection.json``'s
     ``gone_ranks``); () without that file or when it does not parse."""

@@ -26,11 +26,18 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
         run_summarize(Path("ncclx_dumps/stall-001"), fmt="json", output=Path("summary.json"))
     """
     from lightning_ncclx.analysis import Verdict, analyze_folder
+    from lightning_ncclx.analysis.load import event_folders
     from lightning_ncclx.report import write_atomic
 
     if fmt not in _FORMATS:
         print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(_FORMATS)})", file=sys.stderr)
         return EXIT_BAD_INPUT
+    events = event_folders(Path(path))
+    if len(events) > 1:
+        names = ", ".join(str(e.relative_to(path)) for e in events[-10:])
+        print(f"lightning-ncclx summarize: {path} holds {len(events)} dump events ({names}); summarizing the "
+              f"newest, {events[-1]}: pass an event's folder to choose another", file=sys.stderr)
+        path = events[-1]
     try:
         summary = analyze_folder(Path(path))
     except NcclxError as exc:
