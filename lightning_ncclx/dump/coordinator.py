@@ -15,8 +15,9 @@ Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d stor
     Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``).
 ``ev/<n>/done``
     JSON ``{"exit": bool}``, set by the initiator once the summary is written.
-``procs/<host>``
-    One JSON line per watchdog started on that host: ``{"rank", "host", "pid", "start_ticks"}``.
+``procs/<scope>``
+    One JSON line per watchdog started in that scope (boot id and pid namespace: the processes
+    that can see each other): ``{"rank", "host", "pid", "start_ticks", "scope"}``.
 ``ev/<n>/gone``
     Lines naming ranks whose process a rank on the same host found gone during event ``n``:
     the initiator stops waiting for them.
@@ -184,16 +185,19 @@ class EventCoordinator:
         return int(self.store.add(f"ev/{event.number}/dumped", 0))
 
     # ------------------------------------------------------------------ processes that are gone
-    def register_process(self, me: ProcessInfo) -> None:
-        """Once per watchdog: lets the other ranks of ``me.host`` check on this process."""
-        self.store.append(f"procs/{me.host}", me.to_json() + "\n")
+    def register_process(self, me: ProcessInfo | None) -> None:
+        """Once per watchdog: lets the other ranks of ``me.scope`` check on this process (None:
+        this process cannot be checked, and checks nobody)."""
+        if me is None or not me.scope:
+            return
+        self.store.append(f"procs/{me.scope}", me.to_json() + "\n")
         self._me = me
 
     def check_local_peers(self, event: EventInfo) -> set[int]:
         """Ranks of this host whose process is gone (newly found ones are reported to all)."""
         if self._me is None:
             return set()
-        raw = self._get_if_present(f"procs/{self._me.host}")
+        raw = self._get_if_present(f"procs/{self._me.scope}")
         latest: dict[int, ProcessInfo] = {}
         for line in (raw or b"").decode(errors="replace").splitlines():
             try:
@@ -201,7 +205,7 @@ class EventCoordinator:
             except (ValueError, KeyError, TypeError):
                 continue
             latest[info.rank] = info
-        gone = {r for r, info in latest.items() if r != self.rank and info.host == self._me.host and is_gone(info)}
+        gone = {r for r, info in latest.items() if r != self.rank and info.scope == self._me.scope and is_gone(info)}
         reported = self._reported_gone.setdefault(event.number, set())
         new = sorted(gone - reported)
         if new:

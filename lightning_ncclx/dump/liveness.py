@@ -2,13 +2,16 @@
 
 A rank that was OOM-killed or crashed never dumps, and without this the summarizing rank waits
 ``collect_timeout_seconds`` for it (a launcher may kill the job first) and can only say "no dump".
-Every watchdog registers ``(rank, pid, process start time)`` under its host once; during an event
-each rank checks the processes of its own host. The start time guards against a reused pid.
+Every watchdog registers ``(rank, pid, process start time)`` under its *scope* once: the kernel's
+boot id and the pid namespace, so only processes that can really see each other's ``/proc``
+check each other (two containers on one host, or two machines with one hostname, never do).
+During an event each rank checks the processes of its own scope. The start time guards against a
+reused pid.
 
 Example::
 
     me = this_process(rank=3)
-    gone = [p.rank for p in peers if p.host == me.host and is_gone(p)]
+    gone = [p.rank for p in peers if me and p.scope == me.scope and is_gone(p)]
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class ProcessInfo:
     pid: int
     start_ticks: int | None
     """Field 22 of ``/proc/<pid>/stat``; None where there is no ``/proc``."""
+    scope: str = ""
+    """``<boot id>/<pid namespace>``: processes with equal scopes see each other's pids."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -35,7 +40,8 @@ class ProcessInfo:
     def from_json(cls, line: str) -> "ProcessInfo":
         d = json.loads(line)
         ticks = d.get("start_ticks")
-        return cls(int(d["rank"]), str(d["host"]), int(d["pid"]), None if ticks is None else int(ticks))
+        return cls(int(d["rank"]), str(d["host"]), int(d["pid"]), None if ticks is None else int(ticks),
+                   str(d.get("scope", "")))
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -49,25 +55,37 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def this_process(rank: int) -> ProcessInfo:
+def process_scope() -> str | None:
+    """``<boot id>/<pid namespace>`` of this process, or None where Linux's ``/proc`` does not
+    tell (then no liveness check is done)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{boot}/{namespace}" if boot and namespace else None
+
+
+def this_process(rank: int) -> ProcessInfo | None:
+    """This process's entry, or None where its liveness cannot be checked by others."""
+    scope = process_scope()
+    if scope is None:
+        return None
     pid = os.getpid()
     try:
         stat = _stat(pid)
     except (OSError, ValueError, IndexError):
-        stat = None
-    return ProcessInfo(rank, host_name(), pid, stat[1] if stat else None)
+        return None
+    if stat is None:
+        return None
+    return ProcessInfo(rank, host_name(), pid, stat[1], scope)
 
 
 def is_gone(info: ProcessInfo) -> bool:
     """True when ``info``'s process has exited (or is a zombie, or its pid now belongs to another
-    process). Only meaningful on ``info.host``; any doubt reads as alive."""
+    process). Only meaningful within ``info.scope``; any doubt reads as alive."""
     if info.start_ticks is None:
-        try:
-            os.kill(info.pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False
         return False
     try:
         stat = _stat(info.pid)

@@ -150,3 +150,23 @@ def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, 
     assert json.loads((folder / "collection.json").read_text())["dumped_ranks"] == [0]
     assert "could not be imported" in caplog.text
     assert summarize is not None
+
+
+def test_only_processes_in_the_same_scope_are_checked_and_reported_gone() -> None:
+    import subprocess
+    import sys
+
+    from lightning_ncclx.dump.coordinator import EventInfo
+    from lightning_ncclx.dump.liveness import ProcessInfo, this_process
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    me = this_process(0)
+    assert me is not None
+    ranks = coordinators(4)
+    ranks[0].register_process(me)
+    ranks[1].register_process(ProcessInfo(1, me.host, dead.pid, 1, me.scope))  # same scope, exited
+    ranks[2].register_process(ProcessInfo(2, me.host, dead.pid, 1, "other-boot/pid:[1]"))  # other container
+    event = EventInfo(1, "stall-001", "stall", 0)
+    assert ranks[0].check_local_peers(event) == {1}
+    assert ranks[3].gone_ranks(event) == {1}

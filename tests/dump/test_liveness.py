@@ -14,12 +14,13 @@ def _info_of(proc: subprocess.Popen) -> ProcessInfo:
     with open(f"/proc/{proc.pid}/stat") as f:
         raw = f.read()
     ticks = int(raw[raw.rindex(")") + 2:].split()[19])
-    return ProcessInfo(7, "host", proc.pid, ticks)
+    return ProcessInfo(7, "host", proc.pid, ticks, "scope")
 
 
 def test_this_process_is_alive_and_round_trips_through_json() -> None:
     me = this_process(rank=3)
-    assert me.rank == 3 and not is_gone(me)
+    assert me is not None and me.rank == 3 and not is_gone(me)
+    assert me.scope.count("/") == 1 and "pid:[" in me.scope
     assert ProcessInfo.from_json(me.to_json()) == me
 
 
@@ -41,5 +42,9 @@ def test_an_exited_child_is_gone_before_and_after_it_is_reaped() -> None:
 
 def test_a_pid_now_used_by_another_process_is_gone() -> None:
     me = this_process(rank=0)
-    assert me.start_ticks is not None
+    assert me is not None and me.start_ticks is not None
     assert is_gone(dataclasses.replace(me, start_ticks=me.start_ticks + 1))
+
+
+def test_a_process_whose_pid_cannot_be_read_is_never_called_gone() -> None:
+    assert not is_gone(ProcessInfo(1, "host", 1, None, "scope"))
