@@ -95,7 +95,7 @@ def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
     elif any(c.group in stuck - {own} for c in f.culprit_states):
         rank = 4
     elif f.kind is Verdict.DUMP_MISSING and f.culprit_states and all(
-            c.state == "process_gone" for c in f.culprit_states):
+            c.state in ("process_gone", "no_answer") for c in f.culprit_states):
         rank = 1  # a rank known to have died is as likely a root cause as one outside every collective
     elif f.kind is Verdict.DUMP_MISSING:
         rank = 2
@@ -123,6 +123,9 @@ def analyze(loaded: LoadedFolder) -> Summary:
         if states.get(r) is not None and states[r].state == "no_dump":
             states[r] = CulpritState(r, "process_gone", "no dump: its process had exited when the dumps were "
                                      "collected (crashed, OOM-killed or killed)", states[r].location)
+    for r, proc in loaded.silent_ranks.items():
+        if states.get(r) is not None and states[r].state == "no_dump":
+            states[r] = CulpritState(r, "no_answer", _silent_detail(proc), states[r].location)
     findings: list[Finding] = []
     notes: list[str] = []
     stragglers = []
@@ -166,6 +169,22 @@ def analyze(loaded: LoadedFolder) -> Summary:
     )
 
 
+_STATE_MEANING = {
+    "T": "stopped (SIGSTOP, or a debugger attached)",
+    "t": "stopped by a debugger",
+    "D": "in uninterruptible sleep (D: waiting on a hung filesystem or device)",
+}
+
+
+def _silent_detail(proc: Mapping) -> str:
+    state = str(proc.get("state") or "?")
+    where = f"pid {proc.get('pid')} on {proc.get('host') or '?'}"
+    meaning = _STATE_MEANING.get(state, "running or sleeping, yet its watchdog thread could not run: the main "
+                                        "thread most likely holds the GIL in native code")
+    return f"no dump, but its process was alive: {where}, state {state}: {meaning}; `py-spy dump --native " \
+           f"--pid {proc.get('pid')}` on that host shows where"
+
+
 def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
     """Add evidence where two groups wait on each other: the culprits of one group's finding
     are inside another group's collective, whose own culprits are waiting in the first. Each
@@ -195,12 +214,20 @@ def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
     op = div.majority[0] if div.majority else "?"
     if not div.time_ns:  # healthy: the time of the dumped ranks' newest collective in this group
         div = replace(div, time_ns=max((t.times_ns[-1] for t in tracks.values() if t.seqs), default=0))
-    if all(states.get(r) is not None and states[r].state == "process_gone" for r in missing):
+    known = {r: states[r].state for r in missing if states.get(r) is not None}
+    if missing and all(known.get(r) in ("process_gone", "no_answer") for r in missing):
         where = f"the dumped ranks are in {op} (seq {div.seq})" if div.kind != "healthy" else (
             f"the dumped ranks agree with each other (last: {op}, seq {div.seq})")
-        msg = (f"dump_missing: the process of rank(s) {_ranks(missing)} of {_group_label(group)} had exited when "
-               f"the dumps were collected (crashed, OOM-killed or killed; its log and the kernel log say why); "
-               f"{where}")
+        gone = tuple(r for r in missing if known[r] == "process_gone")
+        silent = tuple(r for r in missing if known[r] == "no_answer")
+        parts = []
+        if gone:
+            parts.append(f"the process of rank(s) {_ranks(gone)} had exited when the dumps were collected "
+                         "(crashed, OOM-killed or killed; its log and the kernel log say why)")
+        if silent:
+            parts.append(f"rank(s) {_ranks(silent)} did not dump although alive (rank {silent[0]}: "
+                         f"{states[silent[0]].detail.split(': ', 1)[1]})")
+        msg = f"dump_missing: in {_group_label(group)}, " + "; ".join(parts) + f"; {where}"
         waiting = tuple(r for r in group.ranks if r not in missing)
         return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},
                        waiting, tuple(states[r] for r in missing), msg, "high", div.time_ns)

@@ -162,8 +162,9 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     results = _read_many(jobs, default_workers() if workers is None else workers)
     traces = _dedupe([r for r in results if isinstance(r, RankTrace)])
     unreadable.extend(r for r in results if isinstance(r, Unreadable))
+    gone, silent = read_collection(roots[0])
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
-                        _locations(traces, contexts, roots[0]), read_gone_ranks(roots[0]))
+                        _locations(traces, contexts, roots[0]), gone, silent)
 
 
 COLLECTION_FILE = "collection.json"
@@ -196,18 +197,26 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def read_gone_ranks(root: Path) -> tuple[int, ...]:
-    """Ranks the watchdog found dead when it collected this event (``collection.json``'s
-    ``gone_ranks``); () without that file or when it does not parse."""
+def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict]]:
+    """What the watchdog knew about the ranks without a dump when it collected this event
+    (``collection.json``): ranks whose process had exited, and ranks alive but silent
+    (rank -> ``{"pid", "host", "state"}``). Empty without that file or when it does not parse."""
     path = root / COLLECTION_FILE
     try:
         data = json.loads(path.read_bytes()) if path.is_file() else {}
     except (OSError, ValueError):
-        return ()
-    gone = data.get("gone_ranks") if isinstance(data, dict) else None
-    if not isinstance(gone, list):
-        return ()
-    return tuple(sorted({r for r in gone if isinstance(r, int) and not isinstance(r, bool) and r >= 0}))
+        return (), {}
+    if not isinstance(data, dict):
+        return (), {}
+    gone_raw = data.get("gone_ranks")
+    gone = tuple(sorted({r for r in gone_raw if isinstance(r, int) and not isinstance(r, bool) and r >= 0})) \
+        if isinstance(gone_raw, list) else ()
+    silent: dict[int, dict] = {}
+    silent_raw = data.get("silent_ranks")
+    for key, proc in (silent_raw.items() if isinstance(silent_raw, dict) else ()):
+        if str(key).isdigit() and isinstance(proc, dict):
+            silent[int(key)] = {k: proc.get(k) for k in ("pid", "host", "state")}
+    return gone, silent
 
 
 def _dedupe(traces: list[RankTrace]) -> list[RankTrace]:

@@ -158,6 +158,8 @@ class LoadedFolder:
     dump_locations: Mapping[str, tuple[str, ...]]
     gone_ranks: tuple[int, ...] = ()
     """Ranks whose process had exited when the watchdog collected the dumps."""
+    silent_ranks: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """Ranks alive but without a dump: ``{"pid", "host", "state"}`` (``/proc`` state letter)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,8 @@ class GroupRef:
 @dataclass(frozen=True)
 class CulpritState:
     """Where a culprit rank was: ``in_collective`` (which one), ``outside_collective``, ``no_dump``,
-    ``process_gone`` (no dump, and its process had exited when the dumps were collected)."""
+    ``process_gone`` (no dump, and its process had exited when the dumps were collected),
+    ``no_answer`` (no dump, though its process was alive: its watchdog could not run)."""
 
     rank: int
     state: str

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from lightning_ncclx.dump.liveness import ProcessInfo, is_gone
+from lightning_ncclx.dump.liveness import ProcessInfo, is_gone, state_of
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +193,9 @@ class EventCoordinator:
         self.store.append(f"procs/{me.scope}", me.to_json() + "\n")
         self._me = me
 
-    def check_local_peers(self, event: EventInfo) -> set[int]:
-        """Ranks of this host whose process is gone (newly found ones are reported to all)."""
+    def _peers_in_scope(self) -> dict[int, ProcessInfo]:
         if self._me is None:
-            return set()
+            return {}
         raw = self._get_if_present(f"procs/{self._me.scope}")
         latest: dict[int, ProcessInfo] = {}
         for line in (raw or b"").decode(errors="replace").splitlines():
@@ -204,8 +203,25 @@ class EventCoordinator:
                 info = ProcessInfo.from_json(line)
             except (ValueError, KeyError, TypeError):
                 continue
-            latest[info.rank] = info
-        gone = {r for r, info in latest.items() if r != self.rank and info.scope == self._me.scope and is_gone(info)}
+            if info.rank != self.rank and info.scope == self._me.scope:
+                latest[info.rank] = info
+        return latest
+
+    def silent_local_ranks(self, ranks: list[int]) -> dict[int, tuple[ProcessInfo, str]]:
+        """Of ``ranks`` (that did not dump), those of this scope whose process is alive, with its
+        ``/proc`` state letter: alive, yet its watchdog never answered."""
+        out: dict[int, tuple[ProcessInfo, str]] = {}
+        peers = self._peers_in_scope()
+        for r in ranks:
+            info = peers.get(r)
+            state = state_of(info) if info is not None else None
+            if info is not None and state is not None:
+                out[r] = (info, state)
+        return out
+
+    def check_local_peers(self, event: EventInfo) -> set[int]:
+        """Ranks of this host whose process is gone (newly found ones are reported to all)."""
+        gone = {r for r, info in self._peers_in_scope().items() if is_gone(info)}
         reported = self._reported_gone.setdefault(event.number, set())
         new = sorted(gone - reported)
         if new:

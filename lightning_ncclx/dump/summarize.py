@@ -31,6 +31,9 @@ class CollectionResult:
     missing_ranks: list[int]
     gone_ranks: list[int] = field(default_factory=list)
     """Missing ranks whose process a rank on the same host found exited."""
+    silent_ranks: dict[int, dict] = field(default_factory=dict)
+    """Missing ranks of the initiator's own host whose process is alive: ``{"pid", "host", "state"}``
+    (the ``/proc`` state letter)."""
     gathered: dict[int, str] = field(default_factory=dict)
     """Rank -> folder its files were written to after being pulled through the store."""
     verdict: str | None = None
@@ -114,9 +117,18 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
         except Exception:  # noqa: BLE001
             gone = set()
         result.gone_ranks = sorted(gone & set(result.missing_ranks))
+        try:
+            silent = coordinator.silent_local_ranks([r for r in result.missing_ranks if r not in gone])
+        except Exception:  # noqa: BLE001
+            silent = {}
+        result.silent_ranks = {r: {"pid": info.pid, "host": info.host, "state": state}
+                               for r, (info, state) in sorted(silent.items())}
     if gather_through_store:
         result.gathered = gather_missing(coordinator, event, folder, announced)
     waited_for = [r for r in result.missing_ranks if r not in result.gone_ranks]
+    for r, proc in result.silent_ranks.items():
+        log.warning("[rank %d] %s: rank %d (pid %d, state %s) is alive on this host but did not dump", rank,
+                    event.name, r, proc["pid"], proc["state"])
     if result.gone_ranks:
         log.warning("[rank %d] %s: the process of rank(s) %s had exited: no dump from them", rank, event.name,
                     result.gone_ranks)
@@ -143,6 +155,7 @@ def _write_collection(result: CollectionResult) -> None:
         "dumped_ranks": result.dumped_ranks,
         "missing_ranks": result.missing_ranks,
         "gone_ranks": result.gone_ranks,
+        "silent_ranks": {str(r): v for r, v in result.silent_ranks.items()},
         "gathered": {str(k): v for k, v in result.gathered.items()},
         "verdict": result.verdict,
         "culprit_ranks": result.culprit_ranks,

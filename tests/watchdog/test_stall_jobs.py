@@ -157,3 +157,19 @@ def test_a_rank_that_dies_is_named_as_gone_without_waiting_for_its_dump(tmp_path
     assert head["confidence"] == "high"
     assert [c["state"] for c in head["culprit_states"]] == ["process_gone"]
     assert "no dump from rank(s) [2] within" not in result.log  # it was not waited for
+
+
+def test_a_rank_alive_but_unable_to_dump_is_named_with_its_process_state(tmp_path: Path) -> None:
+    """Rank 2 SIGSTOPs itself mid-step: its watchdog thread is stopped too, so it never dumps,
+    yet its process is there. The initiator (same host) names it ``no_answer`` with state T."""
+    result = run_job(tmp_path, "--fault", "freeze", "--fault-rank", "2", "--strategy", "ddp_ncclx")
+    # rank 0 waits up to 5 s for the stopped rank to leave; Lightning may SIGKILL it first
+    assert result.returncode in (STALL_EXIT_CODE, -9), result.log[-6000:]
+    folder = _one_stall(result)
+    collection = json.loads((folder / "collection.json").read_text())
+    assert collection["missing_ranks"] == [2] and collection["gone_ranks"] == [], collection
+    assert collection["silent_ranks"]["2"]["state"] == "T", collection
+    summary = assert_culprit(folder, 2, result.log)
+    assert summary["verdict"] == "dump_missing"
+    state = summary["findings"][0]["culprit_states"][0]
+    assert state["state"] == "no_answer" and "stopped" in state["detail"], state

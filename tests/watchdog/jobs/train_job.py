@@ -7,7 +7,8 @@ Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
 Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
 (skips an all_reduce on a sub-group), ``other_collective`` (all_gather where the others
 all_reduce), ``stuck_train`` (sleeps in training_step), ``stuck_loader`` (sleeps in the dataset),
-``raise`` (RuntimeError in training_step), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
+``raise`` (RuntimeError in training_step), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
+itself), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
 expected).
@@ -102,6 +103,8 @@ class Model(LightningModule):
             os.kill(os.getpid(), signal.SIGUSR2)  # as `kill -USR2 <pid>` would
         if a.fault == "signal" and batch_idx > a.at_batch:
             time.sleep(0.5)  # let the on-demand event finish while training goes on
+        if faulty and a.fault == "freeze":
+            os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, the watchdog's too: alive, silent
         if faulty and a.fault == "die":
             os.kill(os.getpid(), signal.SIGKILL)  # OOM killer, segfault, node trouble: no Python runs
         if faulty and a.fault == "raise":
