@@ -118,7 +118,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         by_lib.setdefault(t.lib, {})[t.rank] = t
     seen = tuple(sorted({t.rank for t in traces}))
     world = world_size(traces, contexts)
-    states = {r: culprit_state(r, by_lib, loaded.stacks) for r in range(max(world, 1))}
+    states = {r: culprit_state(r, by_lib, loaded.stacks, loaded.activities) for r in range(max(world, 1))}
     for r in loaded.gone_ranks:
         if states.get(r) is not None and states[r].state == "no_dump":
             states[r] = CulpritState(r, "process_gone", "no dump: its process had exited when the dumps were "

@@ -72,6 +72,39 @@ def main_thread_user_frame(text: str) -> str | None:
     return format_frame(*frames[0]) if frames else None
 
 
+# What a main thread is doing when its innermost frames are library code: (file fragment,
+# function names or None for any, description). The first entry matching any frame wins, so
+# the specific waits come before the generic ones (a data loader waits on a queue and a lock).
+_ACTIVITIES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
+    ("torch/utils/data/", None, "waiting for the data loader"),
+    ("torch/distributed/checkpoint/", None, "in distributed checkpointing (torch.distributed.checkpoint)"),
+    ("torch/serialization.py", frozenset({"save", "_save", "load", "_load"}), "reading or writing a checkpoint (torch.save/load)"),
+    ("torch/cuda/__init__.py", frozenset({"synchronize"}), "in torch.cuda.synchronize (waiting for the GPU)"),
+    ("torch/distributed/distributed_c10d.py", frozenset({"_store_based_barrier", "monitored_barrier"}),
+     "in a store-based barrier (not a recorded collective)"),
+    ("torch/distributed/elastic/", None, "in torch elastic (rendezvous or agent)"),
+    ("/queue.py", frozenset({"get", "put"}), "blocked on a queue"),
+    ("/threading.py", frozenset({"wait", "join", "acquire"}), "waiting on a lock, event or thread"),
+    ("/subprocess.py", frozenset({"wait", "communicate", "_wait", "_communicate"}), "waiting for a subprocess"),
+)
+
+
+def main_thread_activity(text: str) -> str | None:
+    """What library code the main thread of a stacks file is in, when it is a known waiting spot
+    (data loader, checkpoint, GPU sync, store barrier, locks); None otherwise."""
+    blocks = _thread_blocks(text.splitlines())
+    if not blocks:
+        return None
+    header, frames = next((b for b in blocks if _is_main_header(b[0])), blocks[0])
+    if "most recent call first" not in header.lower():
+        frames = list(reversed(frames))
+    for fragment, funcs, description in _ACTIVITIES:
+        for filename, line, func in frames:
+            if fragment in filename.replace("\\", "/") and (funcs is None or func in funcs):
+                return f"{description}: {format_frame(filename, line, func)}"
+    return None
+
+
 def _is_main_header(header: str) -> bool:
     low = header.lower()
     return "mainthread" in low or "main thread" in low or "(main)" in low

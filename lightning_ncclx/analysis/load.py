@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from lightning_ncclx.analysis.frames import main_thread_user_frame
+from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import LoadedFolder, RankContext, RankTrace, Unreadable
 from lightning_ncclx.analysis.parse import build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
@@ -139,6 +139,7 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     jobs: list[tuple[str, int, str]] = []
     contexts: dict[int, RankContext] = {}
     stacks: dict[int, str] = {}
+    activities: dict[int, str] = {}
     unreadable: list[Unreadable] = []
     for file in walk_files(r for r in roots if r.exists()):
         kind = classify(file.name)
@@ -156,15 +157,17 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
             else:
                 contexts[rank] = ctx
         elif what == "stacks" and rank not in stacks:
-            frame = read_stacks(file)
+            frame, activity = read_stacks(file)
             if frame:
                 stacks[rank] = frame
+            if activity:
+                activities[rank] = activity
     results = _read_many(jobs, default_workers() if workers is None else workers)
     traces = _dedupe([r for r in results if isinstance(r, RankTrace)])
     unreadable.extend(r for r in results if isinstance(r, Unreadable))
     gone, silent = read_collection(roots[0])
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
-                        _locations(traces, contexts, roots[0]), gone, silent)
+                        _locations(traces, contexts, roots[0]), gone, silent, activities)
 
 
 COLLECTION_FILE = "collection.json"
@@ -251,11 +254,13 @@ def read_context(path: Path, rank: int) -> RankContext | Unreadable:
                        exception=_str("exception"), initiator_rank=_int("initiator_rank"))
 
 
-def read_stacks(path: Path) -> str | None:
+def read_stacks(path: Path) -> tuple[str | None, str | None]:
+    """(the main thread's innermost user frame, what library code it waits in if known)."""
     try:
-        return main_thread_user_frame(path.read_text(errors="replace"))
+        text = path.read_text(errors="replace")
     except OSError:
-        return None
+        return None, None
+    return main_thread_user_frame(text), main_thread_activity(text)
 
 
 def host_of(path: str, root: Path) -> str | None:

@@ -160,6 +160,8 @@ class LoadedFolder:
     """Ranks whose process had exited when the watchdog collected the dumps."""
     silent_ranks: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     """Ranks alive but without a dump: ``{"pid", "host", "state"}`` (``/proc`` state letter)."""
+    activities: Mapping[int, str] = field(default_factory=dict)
+    """rank -> the known library wait its main thread is in (data loader, checkpoint, ...)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from lightning_ncclx.analysis.model import CulpritState, RankContext, RankRow, R
 TIMELINE_LENGTH = 20
 
 
-def culprit_state(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], stacks: Mapping[int, str]) -> CulpritState:
+def culprit_state(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], stacks: Mapping[int, str],
+                  activities: Mapping[int, str] | None = None) -> CulpritState:
     """``in_collective`` (its oldest unfinished op, located by that op's frames), else
     ``outside_collective`` (located by the main thread in ``rank_<R>.stacks.txt``), else ``no_dump``."""
     traces = [lib_traces[rank] for lib_traces in by_lib.values() if rank in lib_traces]
@@ -23,6 +24,9 @@ def culprit_state(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], stac
                             (op.lib, op.group))
     where = stacks.get(rank)
     detail = "outside any collective (every recorded op finished)"
+    activity = (activities or {}).get(rank)
+    if activity:
+        detail = f"outside any collective, {activity}"
     return CulpritState(rank, "outside_collective", detail, where)
 
 

@@ -45,7 +45,10 @@ def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: i
     assert found[culprit]["phase"] in ("train_step", "first_step")
     collection = json.loads((folder / "collection.json").read_text())
     assert collection["missing_ranks"] == []
-    assert_culprit(folder, culprit, result.log)
+    summary = assert_culprit(folder, culprit, result.log)
+    if fault == "stuck_loader":  # the main thread's stack says where it waits
+        detail = summary["findings"][0]["culprit_states"][0]["detail"]
+        assert detail.startswith("outside any collective, waiting for the data loader: "), detail
 
 
 def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
