@@ -199,7 +199,8 @@ def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
                 continue
             cycle = (f"deadlock across groups: rank(s) {_ranks(f.ranks)} wait in {other.op} of group "
                      f"{other.group.name} for rank(s) {_ranks(other.ranks)}, which wait in {f.op} of group "
-                     f"{f.group.name} for them: these ranks call the two groups in a different order")
+                     f"{f.group.name} for them: rank(s) {_ranks(f.ranks)} skipped that {f.op} or call the two "
+                     "groups in a different order")
             f = replace(f, evidence=(cycle,) + f.evidence)
             break
         out.append(f)
