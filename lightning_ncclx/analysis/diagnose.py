@@ -144,6 +144,9 @@ def analyze(loaded: LoadedFolder) -> Summary:
                          f"{div.majority[0] if div.majority else '?'} (seq {div.seq}) and it has not finished: "
                          "no rank is missing from it; if this is a hang, look below the collective "
                          "(GPU kernel, network)")
+            lagging = _not_started_on_device(by_lib.get(lib, {}), group, div.seq)
+            if lagging:
+                notes.append(lagging)
         elif div.kind == "in_flight":
             notes.append(f"rank(s) {_ranks(tuple(sorted(tracks)))} are in {div.majority[0] if div.majority else '?'} "
                          f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "
@@ -167,6 +170,25 @@ def analyze(loaded: LoadedFolder) -> Summary:
         per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts),
         context=_context_extras(loaded, world),
     )
+
+
+def _not_started_on_device(dumped: Mapping[int, RankTrace], group: GroupRef, seq: int) -> str | None:
+    """When every rank entered ``seq`` but only some have it ``started`` (NCCL with timing: the
+    kernel began), the ranks where it is still ``scheduled`` have a stream busy with earlier work."""
+    states: dict[int, str] = {}
+    for r in group.ranks:
+        trace = dumped.get(r)
+        op = next((o for o in trace.open_ops if o.group == group.name and not o.is_p2p and o.seq == seq),
+                  None) if trace is not None else None
+        if op is not None:
+            states[r] = op.state
+    scheduled = tuple(sorted(r for r, st in states.items() if st == "scheduled"))
+    started = tuple(sorted(r for r, st in states.items() if st == "started"))
+    if not scheduled or not started:
+        return None
+    return (f"in seq {seq} of {_group_label(group)}, rank(s) {_ranks(scheduled)} enqueued the collective but their "
+            f"GPU had not started it while rank(s) {_ranks(started)} had: the stream of rank(s) "
+            f"{_ranks(scheduled)} is still busy with earlier work (a slow or hung kernel, or a wait on another stream)")
 
 
 _STATE_MEANING = {

@@ -87,3 +87,22 @@ def test_coalesced_entries_sharing_a_sequence_id_are_one_collective(tmp_path):
         write(tmp_path, f"t{r}", dump(es, {"0": ("default_pg", [0, 1, 2])}))
     s = analyze_folder(tmp_path)
     assert s.verdict is Verdict.NO_HANG
+
+
+def test_all_in_flight_with_one_gpu_not_started_names_the_busy_stream(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for r, state in enumerate(("started", "started", "scheduled")):
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(6, last_state=state), groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NO_HANG and s.findings == ()
+    note = next(n for n in s.notes if "had not started it" in n)
+    assert note.startswith("in seq 6 of group 0 (default_pg, nccl), rank(s) 2 enqueued the collective")
+    assert "while rank(s) 0, 1 had" in note
+
+
+def test_all_in_flight_and_all_scheduled_adds_no_stream_note(tmp_path):
+    groups = {"0": ("default_pg", [0, 1])}
+    for r in range(2):  # without NCCL timing no entry ever reads "started"
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(6, last_state="scheduled"), groups))
+    s = analyze_folder(tmp_path)
+    assert not any("had not started it" in n for n in s.notes)
