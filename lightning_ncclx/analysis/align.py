@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from lightning_ncclx.analysis.columns import freeze
@@ -29,6 +29,9 @@ class Divergence:
     waiting: tuple[int, ...]
     confidence: str = "high"
     time_ns: int = 0
+    unknown: tuple[int, ...] = ()
+    """Members with no entry of this group while the others' window starts after its first
+    collective: their ring buffer wrapped past it (or their recorder is off); not compared."""
 
 
 def _window(track: GroupTrack, lo: int, hi: int) -> tuple[int, int]:
@@ -89,6 +92,12 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
     if not filled:
         return Divergence("healthy", 0, None, {}, (), ())
     lo = max(t.oldest_seq for t in filled)
+    # An empty track is "never entered seq 1" only while the others still hold seq 1: the
+    # members of a collective all enter it, so others past it means this rank's entries were
+    # evicted by its other groups' (the ring buffer is shared), not that it never came.
+    unknown = tuple(sorted(r for r, t in tracks.items() if not t.seqs and min(t.oldest_seq for t in filled) > 1))
+    if unknown:
+        return replace(diverge({r: t for r, t in tracks.items() if r not in unknown}), unknown=unknown)
     newest = {r: t.newest_seq for r, t in tracks.items()}
     low_hi, top = min(newest.values()), max(newest.values())
     bad = first_mismatch(tracks, lo, low_hi)
@@ -102,8 +111,10 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         behind = tuple(sorted(r for r, n in newest.items() if n == low_hi))
         ahead = tuple(sorted(r for r, n in newest.items() if n > low_hi))
         sigs = {r: sig_at(t, seq) for r, t in tracks.items()}
-        majority = next(s for s in sigs.values() if s is not None)
-        confidence = "high" if len(behind) < len(ahead) else "medium"
+        majority = next((s for s in sigs.values() if s is not None), None)
+        # None: the others' windows start after ``seq``, which they cannot have passed without
+        # the ranks behind: the group's membership or the dumps disagree with each other.
+        confidence = "low" if majority is None else ("high" if len(behind) < len(ahead) else "medium")
         return Divergence("behind", seq, majority, sigs, behind, ahead, confidence, _time_at(tracks, seq))
     last = {r: bool(t.done[-1]) for r, t in tracks.items() if t.seqs}
     sig = filled[0].sig(-1)

@@ -45,12 +45,19 @@ def _per_rank_sizes(op: str) -> bool:
     return "all_to_all" in op or "alltoall" in op
 
 
+def _listed(e: dict, key: str) -> tuple:
+    value = freeze(e.get(key) or [])
+    if not isinstance(value, tuple):
+        raise ValueError(f"{key} is {type(value).__name__}, not a list")
+    return value
+
+
 def canonical_sig(e: dict) -> Sig:
     """(op, input_sizes, input_dtypes, output_sizes, output_dtypes) of one entry, frozen, with the
     fields that may differ between ranks of a healthy call left empty (see above)."""
     op = e["profiling_name"].rpartition(":")[2]
-    in_sizes, in_dtypes = freeze(e.get("input_sizes") or []), freeze(e.get("input_dtypes") or [])
-    out_sizes, out_dtypes = freeze(e.get("output_sizes") or []), freeze(e.get("output_dtypes") or [])
+    in_sizes, in_dtypes = _listed(e, "input_sizes"), _listed(e, "input_dtypes")
+    out_sizes, out_dtypes = _listed(e, "output_sizes"), _listed(e, "output_dtypes")
     if op in _ROOT_ONLY_OUTPUTS:
         out_sizes, out_dtypes = (), ()
     elif op in _ROOT_ONLY_INPUTS:

@@ -134,12 +134,16 @@ def analyze(loaded: LoadedFolder) -> Summary:
         tracks = {r: dumped[r].groups.get(name, _EMPTY) for r in group.ranks if r in dumped}
         missing = tuple(r for r in group.ranks if r not in dumped)
         div = diverge(tracks)
+        if div.unknown:
+            notes.append(f"rank(s) {_ranks(div.unknown)} hold no entry of {_group_label(group)} although the others' "
+                         "oldest entry of it is past its first collective: their ring buffer wrapped past it (raise "
+                         "TORCH_FR_BUFFER_SIZE) or their recorder is off; they were not compared in it")
         stragglers.extend(group_stragglers(group, tracks))
         if div.kind in ("mismatch", "behind"):
             findings.append(finding_from(group, div, tracks, states))
         if missing:
             findings.append(_missing_finding(group, div, missing, states, tracks))
-        elif div.kind == "in_flight" and group.membership_known:
+        elif div.kind == "in_flight" and group.membership_known and not div.unknown:
             notes.append(f"all {len(tracks)} dumped rank(s) of {_group_label(group)} entered "
                          f"{div.majority[0] if div.majority else '?'} (seq {div.seq}) and it has not finished: "
                          "no rank is missing from it; if this is a hang, look below the collective "
@@ -147,6 +151,11 @@ def analyze(loaded: LoadedFolder) -> Summary:
             lagging = _not_started_on_device(by_lib.get(lib, {}), group, div.seq)
             if lagging:
                 notes.append(lagging)
+        elif div.kind == "in_flight" and div.unknown:
+            compared = tuple(sorted(r for r in tracks if r not in div.unknown))
+            notes.append(f"rank(s) {_ranks(compared)} are in {div.majority[0] if div.majority else '?'} "
+                         f"(seq {div.seq}) of {_group_label(group)}; whether rank(s) {_ranks(div.unknown)} entered "
+                         "it cannot be seen (no entry of the group in their dumps)")
         elif div.kind == "in_flight":
             notes.append(f"rank(s) {_ranks(tuple(sorted(tracks)))} are in {div.majority[0] if div.majority else '?'} "
                          f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from array import array
 from functools import lru_cache
-from operator import itemgetter
+from operator import gt, itemgetter
 from typing import Any
 
 from lightning_ncclx.analysis.columns import (canonical_sig, done_column, open_indices, seq_column, sig_columns,
@@ -59,6 +59,11 @@ CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is ex
 def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTrack:
     """Compact one group's entries (all C-level columns; see :mod:`columns`)."""
     seqs = seq_column(es)
+    if any(map(gt, seqs, seqs[1:])):  # not in sequence order (a reset buffer, a reused group name)
+        order = sorted(range(len(es)), key=seqs.__getitem__)
+        es = [es[i] for i in order]
+        done = None if done is None else bytes(done[i] for i in order)
+        seqs = seq_column(es)
     done = done_column(es, lib) if done is None else done
     times = time_column(es)
     k = max(0, len(es) - CALLSITE_WINDOW)

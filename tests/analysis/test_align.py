@@ -106,3 +106,36 @@ def test_all_in_flight_and_all_scheduled_adds_no_stream_note(tmp_path):
         write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(6, last_state="scheduled"), groups))
     s = analyze_folder(tmp_path)
     assert not any("had not started it" in n for n in s.notes)
+
+
+def test_a_rank_with_no_entry_of_a_group_the_others_wrapped_past_is_not_blamed(tmp_path):
+    from synth import entry
+
+    groups = {"0": ("default_pg", [0, 1, 2]), "1": ("sub", [1, 2])}
+    write(tmp_path, "nccl_trace_rank_0", dump(collectives(12, start=100, last_state="started"), groups))
+    write(tmp_path, "nccl_trace_rank_1", dump(collectives(12, start=100, last_state="started"), groups))
+    # rank 2's buffer holds only the sub-group's newest entries: the default group's were evicted
+    write(tmp_path, "nccl_trace_rank_2", dump([entry(i, 200 + i, pg=("1", "sub")) for i in range(20)], groups))
+    s = analyze_folder(tmp_path)  # used to crash (StopIteration): nobody holds seq 1 any more
+    assert 2 not in s.culprit_ranks
+    assert any("rank(s) 2 hold no entry of group 0" in n for n in s.notes)
+
+
+def test_a_rank_behind_everyone_elses_window_is_behind_with_low_confidence(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for r in (0, 1):
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(12, start=100, last_state="started"), groups))
+    write(tmp_path, "nccl_trace_rank_2", dump(collectives(50), groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,)
+    assert s.findings[0].confidence == "low" and s.collective_seq_id == 51
+
+
+def test_entries_out_of_sequence_order_are_aligned_by_sequence_id(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for r in (0, 1):
+        es = collectives(6, last_state="started")
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(es[::-1] if r == 0 else es, groups))
+    write(tmp_path, "nccl_trace_rank_2", dump(collectives(5), groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,) and s.collective_seq_id == 6

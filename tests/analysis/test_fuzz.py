@@ -1,0 +1,94 @@
+"""Odd but possible dump sets never crash the analyzer or the reports (seeded, reproducible).
+
+Each case: 1-6 ranks, up to 3 groups with random members, per rank a random window of each
+group's sequence ids (wrapped buffers, gaps, a rank with none), random ops/sizes/states, some
+p2p entries, some coalesced (repeated) sequence ids, and some entries with fields missing.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from synth import T0, dump, entry, write
+
+from lightning_ncclx.analysis import Verdict, analyze_folder
+from lightning_ncclx.report import render_html, render_json, render_markdown, render_text
+
+OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "gather", "scatter", "all_to_all", "barrier",
+       "coalesced", "_all_gather_base")
+STATES = ("scheduled", "started", "completed")
+
+
+def _case(rng: random.Random, folder) -> None:
+    world = rng.randint(1, 6)
+    groups = {"0": ("default_pg", list(range(world)))}
+    for g in range(1, rng.randint(1, 3)):
+        members = sorted(rng.sample(range(world), rng.randint(1, world)))
+        groups[str(g)] = (rng.choice(("sub", "undefined", "")), members)
+    lib = rng.choice(("nccl", "nccl2", "gloo"))
+    for rank in range(world):
+        if rng.random() < 0.1:
+            continue  # no dump from this rank
+        entries, rid = [], 0
+        for name, (desc, members) in groups.items():
+            if rank not in members or rng.random() < 0.15:
+                continue  # nothing of this group left in this rank's buffer
+            start = rng.choice((1, 1, rng.randint(1, 50)))
+            for seq in range(start, start + rng.randint(1, 15)):
+                for _ in range(2 if rng.random() < 0.05 else 1):  # coalesced: a repeated seq id
+                    e = entry(rid, seq, rng.choice(OPS), lib=lib, pg=(name, desc), size=rng.choice((1, 4, 8)),
+                              state=rng.choice(STATES), t_ns=T0 + rng.randint(0, 10**9))
+                    if rng.random() < 0.05:
+                        del e[rng.choice(("input_sizes", "state", "time_created_ns", "frames", "retired"))]
+                    entries.append(e)
+                    rid += 1
+            if rng.random() < 0.2:
+                peer = rng.randrange(len(members))
+                op = rng.choice((f"send {peer}->{(peer + 1) % len(members)}", f"recv {peer}<-{(peer + 1) % len(members)}"))
+                entries.append(entry(rid, 0, op, lib=lib, pg=(name, desc), is_p2p=True, p2p_seq=rng.randint(1, 5),
+                                     state=rng.choice(STATES)))
+                rid += 1
+        rng.shuffle(entries) if rng.random() < 0.1 else None
+        write(folder, f"nccl_trace_rank_{rank}", dump(entries, groups))
+
+
+@pytest.mark.parametrize("seed", range(500))
+def test_random_dump_sets_are_analyzed_and_rendered_without_error(tmp_path, seed):
+    rng = random.Random(seed)
+    _case(rng, tmp_path)
+    if not any(tmp_path.iterdir()):
+        return
+    s = analyze_folder(tmp_path)
+    assert isinstance(s.verdict, Verdict)
+    for render in (render_text, render_json, render_markdown, render_html):
+        assert render(s)
+    if s.verdict is not Verdict.NO_HANG:
+        assert s.culprit_ranks and set(s.culprit_ranks) <= set(range(7))
+
+
+GARBAGE = (None, "x", -1, 2**70, [], {}, [[None]], 1.5, True)
+FIELDS = ("collective_seq_id", "p2p_seq_id", "process_group", "profiling_name", "input_sizes", "output_sizes",
+          "input_dtypes", "state", "time_created_ns", "frames", "is_p2p", "retired", "record_id")
+
+
+@pytest.mark.parametrize("seed", range(500))
+def test_corrupted_fields_give_an_unreadable_rank_or_an_analysis_never_an_error(tmp_path, seed):
+    rng = random.Random(10_000 + seed)
+    _case(rng, tmp_path)
+    files = sorted(tmp_path.iterdir())
+    if not files:
+        return
+    import pickle
+
+    victim = rng.choice(files)
+    data = pickle.loads(victim.read_bytes())  # our own test data: trusted
+    if data["entries"]:
+        for _ in range(rng.randint(1, 3)):
+            rng.choice(data["entries"])[rng.choice(FIELDS)] = rng.choice(GARBAGE)
+    elif rng.random() < 0.5:
+        data["pg_config"] = rng.choice(GARBAGE)
+    victim.write_bytes(pickle.dumps(data))
+    s = analyze_folder(tmp_path)
+    assert isinstance(s.verdict, Verdict)
+    assert render_text(s) and render_json(s)
