@@ -11,7 +11,7 @@ from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
 from lightning_ncclx.analysis.p2p import p2p_findings
-from lightning_ncclx.analysis.ranks import culprit_state, rank_rows
+from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
 
 
@@ -118,7 +118,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         by_lib.setdefault(t.lib, {})[t.rank] = t
     seen = tuple(sorted({t.rank for t in traces}))
     world = world_size(traces, contexts)
-    states = {r: culprit_state(r, by_lib, loaded.stacks, loaded.activities) for r in range(max(world, 1))}
+    states = RankStates(max(world, 1), lambda r: culprit_state(r, by_lib, loaded.stacks, loaded.activities))
     for r in loaded.gone_ranks:
         if states.get(r) is not None and states[r].state == "no_dump":
             states[r] = CulpritState(r, "process_gone", "no dump: its process had exited when the dumps were "
@@ -176,7 +176,8 @@ def analyze(loaded: LoadedFolder) -> Summary:
         unreadable=loaded.unreadable, ranks_seen=seen, ranks_missing=missing_ranks,
         hosts={r: c.host for r, c in contexts.items() if c.host}, dump_locations=loaded.dump_locations,
         stragglers=tuple(sorted(stragglers, key=lambda s: -s.median_late_ms)[:10]),
-        per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts),
+        per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts,
+                           keep=tuple(r for f in findings for r in f.ranks)),
         context=_context_extras(loaded, world),
     )
 

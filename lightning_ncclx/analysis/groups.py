@@ -13,11 +13,15 @@ from typing import Mapping
 from lightning_ncclx.analysis.model import GroupRef, RankContext, RankTrace
 
 
+MAX_WORLD_SIZE = 1 << 20
+"""A declared world size above this is not believed (a corrupt context, not a job)."""
+
+
 def world_size(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> int:
-    sizes = [c.world_size for c in contexts.values() if c.world_size]
+    sizes = [c.world_size for c in contexts.values() if c.world_size and 0 < c.world_size <= MAX_WORLD_SIZE]
     for t in traces:
         for desc, ranks in t.pg_config.values():
-            if desc == "default_pg" and ranks:
+            if desc == "default_pg" and ranks and max(ranks) < MAX_WORLD_SIZE:
                 sizes.append(max(ranks) + 1)
     seen = [t.rank + 1 for t in traces] + [r + 1 for r in contexts]
     return max(sizes + seen + [0])

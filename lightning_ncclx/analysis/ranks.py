@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Iterator, Mapping
 
 from lightning_ncclx.analysis.model import CulpritState, RankContext, RankRow, RankTrace, TimelineOp
 
@@ -52,10 +52,43 @@ def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: i
     return tuple(ops[-length:])
 
 
+MAX_MISSING_ROWS = 1000
+"""Rows for ranks without a dump beyond the culprits: a folder with 8 dumps of a 100k-rank job
+lists 1000 of the others (``ranks_missing`` has them all)."""
+
+
+class RankStates(Mapping[int, CulpritState]):
+    """rank -> :class:`CulpritState` for ``range(world)``, computed when first asked for (a
+    100k-rank world with a few dumps must not build 100k states up front)."""
+
+    def __init__(self, world: int, compute: Callable[[int], CulpritState]) -> None:
+        self._world, self._compute, self._cache = world, compute, {}
+
+    def __getitem__(self, rank: int) -> CulpritState:
+        if not isinstance(rank, int) or not 0 <= rank < self._world:
+            raise KeyError(rank)
+        if rank not in self._cache:
+            self._cache[rank] = self._compute(rank)
+        return self._cache[rank]
+
+    def __setitem__(self, rank: int, state: CulpritState) -> None:
+        self._cache[rank] = state
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self._world))
+
+    def __len__(self) -> int:
+        return self._world
+
+
 def rank_rows(seen: tuple[int, ...], missing: tuple[int, ...], by_lib: Mapping[str, Mapping[int, RankTrace]],
-              states: Mapping[int, CulpritState], contexts: Mapping[int, RankContext]) -> tuple[RankRow, ...]:
+              states: Mapping[int, CulpritState], contexts: Mapping[int, RankContext],
+              keep: tuple[int, ...] = ()) -> tuple[RankRow, ...]:
+    """One row per dumped rank, per rank in ``keep`` (culprits), and per missing rank up to
+    :data:`MAX_MISSING_ROWS`."""
+    listed = set(seen) | {r for r in keep if r in missing} | set(sorted(missing)[:MAX_MISSING_ROWS])
     rows = []
-    for r in sorted(set(seen) | set(missing)):
+    for r in sorted(listed):
         st = states.get(r) or culprit_state(r, by_lib, {})
         ctx = contexts.get(r)
         rows.append(RankRow(r, ctx.host if ctx else None, st.state, st.detail, st.location, timeline(r, by_lib)))

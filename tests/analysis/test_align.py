@@ -139,3 +139,21 @@ def test_entries_out_of_sequence_order_are_aligned_by_sequence_id(tmp_path):
     write(tmp_path, "nccl_trace_rank_2", dump(collectives(5), groups))
     s = analyze_folder(tmp_path)
     assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,) and s.collective_seq_id == 6
+
+
+def _with_context(folder, rank, world):
+    import json
+
+    (folder / f"rank_{rank:05d}.context.json").write_text(json.dumps({"rank": rank, "world_size": world}))
+
+
+def test_a_few_dumps_of_a_huge_world_stay_small_and_a_corrupt_world_size_is_not_believed(tmp_path):
+    groups = {"0": ("default_pg", [0, 1])}
+    for r, n in ((0, 6), (1, 5)):
+        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(n, last_state="started"), groups))
+    _with_context(tmp_path, 0, 200_000)
+    _with_context(tmp_path, 1, 10**12)  # corrupt: used to try to build 10**12 rank states
+    s = analyze_folder(tmp_path)
+    assert s.context["world_size"] == 200_000 and len(s.ranks_missing) == 199_998
+    assert len(s.per_rank) <= 2 + 1000 + len(s.culprit_ranks)
+    assert {0, 1} <= {row.rank for row in s.per_rank}

@@ -92,3 +92,32 @@ def test_corrupted_fields_give_an_unreadable_rank_or_an_analysis_never_an_error(
     s = analyze_folder(tmp_path)
     assert isinstance(s.verdict, Verdict)
     assert render_text(s) and render_json(s)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_our_layout_with_odd_context_stacks_and_collection_files_is_analyzed(tmp_path, seed):
+    import json
+
+    rng = random.Random(20_000 + seed)
+    raw = tmp_path / "raw"
+    _case(rng, raw)
+    if not raw.exists():
+        return
+    folder = tmp_path / "stall-001"
+    folder.mkdir()
+    for f in sorted(raw.iterdir()):
+        rank = int(f.name.rsplit("_", 1)[1])
+        (folder / f"rank_{rank:05d}.nccl.fr.pkl").write_bytes(f.read_bytes())
+        ctx = {"rank": rank, "world_size": rng.choice((rank + 1, 0, None, "3", -2, 10**9)),
+               "host": rng.choice(("h0", None, 7, "")), "pg_config": rng.choice(({}, None, [], {"0": {"ranks": "x"}})),
+               "phase": rng.choice(("train_step", None, 3)), "step": rng.choice((1, None, "2", True))}
+        text = json.dumps(ctx) if rng.random() < 0.8 else rng.choice(("{", "[]", "null", ""))
+        (folder / f"rank_{rank:05d}.context.json").write_text(text)
+        (folder / f"rank_{rank:05d}.stacks.txt").write_text(rng.choice((
+            "", "garbage", '--- thread \'MainThread\' (id 1) ---\n  File "x.py", line 3, in f\n')))
+    collection = rng.choice(({"gone_ranks": [0, "1", None, -1], "silent_ranks": {"1": {"pid": 5, "state": "T"}, "x": 3}},
+                             {"gone_ranks": "all", "silent_ranks": []}, None, "[", {"silent_ranks": {"2": None}}))
+    (folder / "collection.json").write_text(collection if isinstance(collection, str) else json.dumps(collection))
+    s = analyze_folder(folder)
+    assert isinstance(s.verdict, Verdict)
+    assert render_text(s) and render_json(s) and render_html(s)
