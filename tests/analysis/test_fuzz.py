@@ -121,3 +121,26 @@ def test_our_layout_with_odd_context_stacks_and_collection_files_is_analyzed(tmp
     s = analyze_folder(folder)
     assert isinstance(s.verdict, Verdict)
     assert render_text(s) and render_json(s) and render_html(s)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_dump_sets_written_as_json_are_read_like_pickles(tmp_path, seed):
+    import json
+    import pickle
+
+    rng = random.Random(30_000 + seed)
+    _case(rng, tmp_path / "p")
+    if not (tmp_path / "p").exists():
+        return
+    (tmp_path / "j").mkdir()
+    for f in sorted((tmp_path / "p").iterdir()):
+        data = pickle.loads(f.read_bytes())  # our own test data: trusted
+        for e in data["entries"]:
+            e.pop("frames", None)  # JSON dumps never carry frames
+            for k in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+                e[k] = e.get(k) or 0
+        (tmp_path / "j" / f.name).write_text(json.dumps(data))
+    from_pickle, from_json = analyze_folder(tmp_path / "p"), analyze_folder(tmp_path / "j")
+    assert from_json.verdict == from_pickle.verdict
+    assert from_json.culprit_ranks == from_pickle.culprit_ranks
+    assert from_json.collective_seq_id == from_pickle.collective_seq_id
