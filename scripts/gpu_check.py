@@ -130,9 +130,16 @@ def check_stall(work: Path, accel: str, devices: int) -> None:
         record("stall", False, f"no stall summary (exit {done.returncode}): {done.stderr[-800:]}")
         return
     data = json.loads(summary.read_text())
-    record("stall", done.returncode == 75,
+    from lightning_ncclx.analysis.load import load_folder
+
+    entries = {t.lib: t.n_entries for t in load_folder(stalls[0]).traces}
+    want_lib = ("nccl", "nccl2") if accel == "gpu" else ("gloo",)
+    recorded = any(entries.get(lib, 0) > 0 for lib in want_lib)
+    # one rank has no peer to be out of step with; with two or more the stalled rank 0 is named
+    named = devices < 2 or data.get("culprit_ranks") == [0]
+    record("stall", done.returncode == 75 and recorded and named,
            f"{summary} in {time.monotonic() - started:.0f} s: verdict {data.get('verdict')}, culprits {data.get('culprit_ranks')}, "
-           f"exit {done.returncode}")
+           f"entries {entries}, exit {done.returncode}")
 
 
 def check_torch_timeout_dump(work: Path) -> None:

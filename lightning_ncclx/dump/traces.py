@@ -112,7 +112,12 @@ def _raw_dump(item: BackendInUse, stack_traces: bool) -> bytes:
     if item.file_tag == "nccl":
         return c._dump_nccl_trace(True, stack_traces, False)
     buffer = _FR_BUFFER_NAMES.get(item.file_tag, item.file_tag)
-    return c._dump_fr_trace(True, stack_traces, False, backend=buffer)
+    try:
+        return c._dump_fr_trace(True, stack_traces, False, backend=buffer)
+    except TypeError:
+        # torch 2.13 (and 2.11 on the GPU image): one recorder for every self-recording backend,
+        # and a _dump_fr_trace without the backend argument ("incompatible function arguments")
+        return c._dump_fr_trace(True, stack_traces, False)
 
 
 def fix_pg_config(trace: dict[str, Any], pg_config: dict[str, dict[str, Any]]) -> dict[str, Any]:

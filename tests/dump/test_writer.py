@@ -69,3 +69,22 @@ def test_atomic_write_replaces(tmp_path: Path) -> None:
     path = atomic_write_text(tmp_path / "a" / "f.txt", "one")
     atomic_write_text(path, "two")
     assert path.read_text() == "two" and [p.name for p in path.parent.iterdir()] == ["f.txt"]
+
+
+def test_a_torch_without_the_backend_argument_still_gets_its_gloo_trace(gloo_world, monkeypatch) -> None:
+    """torch 2.13's (and 2.11's) ``_dump_fr_trace`` takes no ``backend``: pybind raises
+    TypeError ("incompatible function arguments"); the one shared recorder is then dumped."""
+    from torch._C import _distributed_c10d as c
+
+    real = c._dump_fr_trace
+
+    def old_signature(include_collectives, include_stacks, only_active, **kwargs):
+        if kwargs:
+            raise TypeError("_dump_fr_trace(): incompatible function arguments")
+        return real(include_collectives, include_stacks, only_active)
+
+    monkeypatch.setattr(c, "_dump_fr_trace", old_signature)
+    from lightning_ncclx.dump.traces import dump_traces
+
+    trace = pickle.loads(dump_traces(stack_traces=False)["gloo"])
+    assert "gloo:all_reduce" in {e["profiling_name"] for e in trace["entries"]}
