@@ -82,30 +82,30 @@ def this_process(rank: int) -> ProcessInfo | None:
     return ProcessInfo(rank, host_name(), pid, stat[1], scope)
 
 
-def state_of(info: ProcessInfo) -> str | None:
-    """The ``/proc`` state letter (R, S, D, T, ...) of ``info``'s process while it is alive;
-    None when it is gone or cannot be read."""
+_DEAD_STATES = ("Z", "X", "x")
+
+
+def _observe(info: ProcessInfo) -> str | None:
+    """The process's ``/proc`` state letter; ``""`` when it is gone (exited, a zombie, or its pid
+    now belongs to another process); None when that cannot be told."""
     if info.start_ticks is None:
         return None
     try:
         stat = _stat(info.pid)
     except (OSError, ValueError, IndexError):
         return None
-    if stat is None or stat[1] != info.start_ticks or stat[0] in ("Z", "X", "x"):
-        return None
+    if stat is None or stat[1] != info.start_ticks or stat[0] in _DEAD_STATES:
+        return ""
     return stat[0]
+
+
+def state_of(info: ProcessInfo) -> str | None:
+    """The ``/proc`` state letter (R, S, D, T, ...) of ``info``'s process while it is alive;
+    None when it is gone or cannot be read."""
+    return _observe(info) or None
 
 
 def is_gone(info: ProcessInfo) -> bool:
     """True when ``info``'s process has exited (or is a zombie, or its pid now belongs to another
     process). Only meaningful within ``info.scope``; any doubt reads as alive."""
-    if info.start_ticks is None:
-        return False
-    try:
-        stat = _stat(info.pid)
-    except (OSError, ValueError, IndexError):
-        return False
-    if stat is None:
-        return True
-    state, ticks = stat
-    return state in ("Z", "X", "x") or ticks != info.start_ticks
+    return _observe(info) == ""
