@@ -122,7 +122,8 @@ def analyze(loaded: LoadedFolder) -> Summary:
     for r in loaded.gone_ranks:
         if states.get(r) is not None and states[r].state == "no_dump":
             states[r] = CulpritState(r, "process_gone", "no dump: its process had exited when the dumps were "
-                                     "collected (it crashed, was killed, e.g. by the OOM killer, or returned early)", states[r].location)
+                                     "collected (it crashed, was killed, e.g. by the OOM killer, or returned "
+                                     "early)", states[r].location)
     for r, proc in loaded.silent_ranks.items():
         if states.get(r) is not None and states[r].state == "no_dump":
             states[r] = CulpritState(r, "no_answer", _silent_detail(proc), states[r].location)
@@ -256,7 +257,8 @@ def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
         parts = []
         if gone:
             parts.append(f"the process of rank(s) {_ranks(gone)} had exited when the dumps were collected "
-                         "(it crashed, was killed, e.g. by the OOM killer, or returned early; its log and the kernel log say why)")
+                         "(it crashed, was killed, e.g. by the OOM killer, or returned early; its log and the "
+                         "kernel log say why)")
         if silent:
             parts.append(f"rank(s) {_ranks(silent)} did not dump although alive (rank {silent[0]}: "
                          f"{states[silent[0]].detail.split(': ', 1)[1]})")
