@@ -78,7 +78,8 @@ def main_thread_user_frame(text: str) -> str | None:
 _ACTIVITIES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("torch/utils/data/", None, "waiting for the data loader"),
     ("torch/distributed/checkpoint/", None, "in distributed checkpointing (torch.distributed.checkpoint)"),
-    ("torch/serialization.py", frozenset({"save", "_save", "load", "_load"}), "reading or writing a checkpoint (torch.save/load)"),
+    ("torch/serialization.py", frozenset({"save", "_save", "load", "_load"}),
+     "reading or writing a checkpoint (torch.save/load)"),
     ("torch/cuda/__init__.py", frozenset({"synchronize"}), "in torch.cuda.synchronize (waiting for the GPU)"),
     ("torch/distributed/distributed_c10d.py", frozenset({"_store_based_barrier", "monitored_barrier"}),
      "in a store-based barrier (not a recorded collective)"),
