@@ -106,6 +106,13 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         majority, odd, confidence = vote(sigs)
         waiting = tuple(sorted(r for r in tracks if r not in odd))
         return Divergence("mismatch", bad, majority, sigs, odd, waiting, confidence, _time_at(tracks, bad))
+    if top > low_hi and _unfinished_everywhere(tracks, low_hi):
+        # Every rank entered ``low_hi`` and none finished it: that is where they hang. Ranks that
+        # went on only enqueued more (NCCL collectives are asynchronous); the others are not
+        # "behind", they wait for ``low_hi`` like everyone.
+        sig = next(t.sig(i) for t in tracks.values() if (i := _index_at(t, low_hi)) is not None)
+        return Divergence("in_flight", low_hi, sig, {r: sig for r in tracks}, (), tuple(sorted(tracks)),
+                          "high", _time_at(tracks, low_hi))
     if top > low_hi:
         seq = low_hi + 1
         behind = tuple(sorted(r for r, n in newest.items() if n == low_hi))
@@ -122,6 +129,15 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         return Divergence("healthy", top, sig, {}, (), ())
     return Divergence("in_flight", top, sig, {r: sig for r in tracks}, (), tuple(sorted(tracks)),
                       "high", _time_at(tracks, top))
+
+
+def _unfinished_everywhere(tracks: Mapping[int, GroupTrack], seq: int) -> bool:
+    """Every rank holds ``seq`` and none has finished it."""
+    for t in tracks.values():
+        i = _index_at(t, seq)
+        if i is None or t.done[i]:
+            return False
+    return True
 
 
 def _time_at(tracks: Mapping[int, GroupTrack], seq: int) -> int:

@@ -157,3 +157,27 @@ def test_a_few_dumps_of_a_huge_world_stay_small_and_a_corrupt_world_size_is_not_
     assert s.context["world_size"] == 200_000 and len(s.ranks_missing) == 199_998
     assert len(s.per_rank) <= 2 + 1000 + len(s.culprit_ranks)
     assert {0, 1} <= {row.rank for row in s.per_rank}
+
+
+def test_a_rank_that_only_enqueued_more_does_not_make_the_others_culprits(tmp_path):
+    """NCCL collectives are asynchronous: rank 0 enqueued seq 7 and 8 while seq 6 has not
+    finished anywhere. Ranks 1 and 2 are not 'behind': everyone waits for seq 6."""
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    ahead = collectives(8, last_state="scheduled")
+    for e in ahead[5:]:
+        e["state"], e["retired"] = "scheduled", False
+    write(tmp_path, "nccl_trace_rank_0", dump(ahead, groups))
+    for r in (1, 2):
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(6, last_state="started"), groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NO_HANG and s.findings == ()
+    assert any("(seq 6)" in n and "has not finished" in n for n in s.notes), s.notes
+
+
+def test_a_rank_behind_a_finished_collective_is_still_the_culprit(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for r in (0, 1):
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(collectives(8, last_state="started"), groups))
+    write(tmp_path, "nccl_trace_rank_2", dump(collectives(6), groups))  # finished 6, never entered 7
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,) and s.collective_seq_id == 7
