@@ -254,7 +254,9 @@ class EventCoordinator:
                     if count + self._missing_but_gone(event) >= self.world_size:
                         break
                 except Exception:  # noqa: BLE001 - without liveness, wait for the deadline
-                    log.debug("checking for gone ranks failed", exc_info=True)
+                    log.warning("[rank %d] checking for exited ranks failed; waiting for every dump instead",
+                                self.rank, exc_info=True)
+                    next_liveness = deadline  # once per event, not every poll
             self._sleep(poll_seconds)
         found: dict[int, dict] = {}
         for rank in range(self.world_size):
