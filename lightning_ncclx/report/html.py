@@ -7,7 +7,7 @@ import html
 import json
 
 from lightning_ncclx.analysis.model import RankRow, Summary, Verdict
-from lightning_ncclx.report.text import render_text
+from lightning_ncclx.report.text import display_rows, render_text
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}h1{font-size:1.3em}
 .bad{color:#b00}.ok{color:#070}table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:2px 6px}
@@ -28,7 +28,6 @@ def _cell_label(op: str, seq: int, group: str, several_groups: bool) -> str:
 
 
 def _timeline_svg(rows: tuple[RankRow, ...], culprits: set[int]) -> str:
-    rows = rows[:MAX_ROWS]
     several_groups = len({op.group for row in rows for op in row.timeline}) > 1
     width = LABEL + 120 + CELL * max((len(r.timeline) for r in rows), default=1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{18 * len(rows) + 10}">']
@@ -59,7 +58,7 @@ def render_html(summary: Summary) -> str:
     rows = "".join(
         f'<tr class="{"culprit" if r.rank in d.culprit_ranks else ""}"><td>{r.rank}</td><td>{html.escape(r.host or "-")}'
         f"</td><td>{html.escape(r.state)}</td><td>{html.escape(r.detail)}</td><td><code>{html.escape(r.location or '-')}"
-        "</code></td></tr>" for r in d.per_rank[:MAX_ROWS])
+        "</code></td></tr>" for r in display_rows(d, MAX_ROWS))
     return (
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>lightning-ncclx hang summary</title>"
         f"<style>{_CSS}</style></head><body>"
@@ -68,7 +67,7 @@ def render_html(summary: Summary) -> str:
         "<h2>Last collectives per rank</h2><p>green: finished, orange: not finished; the bar marks where each "
         "rank stopped; culprits in red. Cells: [g&lt;group&gt;] op and sequence id (AR all_reduce, AG all_gather, "
         "RS reduce_scatter, BC broadcast, BAR barrier, A2A all_to_all); hover for details.</p>"
-        f"{_timeline_svg(d.per_rank, set(d.culprit_ranks))}"
+        f"{_timeline_svg(display_rows(d, MAX_ROWS), set(d.culprit_ranks))}"
         "<h2>Ranks</h2><table><tr><th>rank</th><th>host</th><th>state</th><th>detail</th><th>location</th></tr>"
         f"{rows}</table>"
         f'<script type="application/json" id="summary">{embedded_json}</script>'

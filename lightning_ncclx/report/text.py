@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lightning_ncclx.analysis.model import Finding, Summary, Verdict
+from lightning_ncclx.analysis.model import Finding, RankRow, Summary, Verdict
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
@@ -33,6 +33,15 @@ def _location_lines(d: Summary, most: int = 8) -> list[str]:
     if len(d.dump_locations) > most:
         lines.append(f"  ... {len(d.dump_locations) - most} more hosts in the JSON report")
     return lines
+
+
+def display_rows(summary: Summary, limit: int) -> tuple[RankRow, ...]:
+    """At most ``limit`` per-rank rows in rank order, always including every culprit's (in a
+    1024-rank job the culprit may be rank 700)."""
+    culprits = set(summary.culprit_ranks)
+    chosen = [r for r in summary.per_rank if r.rank in culprits][:limit]
+    chosen += [r for r in summary.per_rank if r.rank not in culprits][:limit - len(chosen)]
+    return tuple(sorted(chosen, key=lambda r: r.rank))
 
 
 def render_text(summary: Summary) -> str:
@@ -93,7 +102,8 @@ def render_markdown(summary: Summary) -> str:
     if d.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
     out += ["## Ranks", "", "| rank | host | state | detail | location |", "|---|---|---|---|---|"]
-    out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | `{r.location or '-'}` |" for r in d.per_rank[:256]]
+    out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | `{r.location or '-'}` |"
+            for r in display_rows(d, 256)]
     out.append("")
     if d.stragglers:
         out += ["## Arrival skew", "", "| rank | group | median late (ms) | p95 late (ms) | last |", "|---|---|---|---|---|"]

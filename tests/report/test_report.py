@@ -89,3 +89,26 @@ def test_html_embeds_the_json_so_a_path_cannot_close_the_script_tag(tmp_path):
     start = page.index('id="summary">') + len('id="summary">')
     embedded = json.loads(page[start:page.index("</script>")].replace("<\\/", "</"))
     assert embedded["verdict"] == "not_entered"
+
+
+def test_a_culprit_beyond_the_first_256_ranks_is_in_the_html_table_and_timeline(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    from synth import collectives, dump, write
+
+    from lightning_ncclx.analysis import analyze_folder
+    from lightning_ncclx.report import render_html, render_markdown
+
+    world = 300
+    groups = {"0": ("default_pg", list(range(world)))}
+    for r in range(world):
+        es = collectives(3) if r == 290 else collectives(4, last_state="started")
+        write(tmp_path, f"nccl_trace_rank_{r}", dump(es, groups))
+    s = analyze_folder(tmp_path)
+    assert s.culprit_ranks == (290,)
+    page = render_html(s)
+    assert '<tr class="culprit"><td>290</td>' in page
+    assert ">rank 290</text>" in page
+    assert "| 290 |" in render_markdown(s)
