@@ -95,7 +95,8 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
     # An empty track is "never entered seq 1" only while the others still hold seq 1: the
     # members of a collective all enter it, so others past it means this rank's entries were
     # evicted by its other groups' (the ring buffer is shared), not that it never came.
-    unknown = tuple(sorted(r for r, t in tracks.items() if not t.seqs and min(t.oldest_seq for t in filled) > 1))
+    first_held = min(t.oldest_seq for t in filled)
+    unknown = tuple(sorted(r for r, t in tracks.items() if not t.seqs and first_held > 1))
     if unknown:
         return replace(diverge({r: t for r, t in tracks.items() if r not in unknown}), unknown=unknown)
     newest = {r: t.newest_seq for r, t in tracks.items()}

@@ -209,13 +209,16 @@ _STATE_MEANING = {
 }
 
 
+_ALIVE = "no dump, but its process was alive: "
+
+
 def _silent_detail(proc: Mapping) -> str:
     state = str(proc.get("state") or "?")
     where = f"pid {proc.get('pid')} on {proc.get('host') or '?'}"
     meaning = _STATE_MEANING.get(state, "running or sleeping, yet its watchdog thread could not run: the main "
                                         "thread most likely holds the GIL in native code")
-    return f"no dump, but its process was alive: {where}, state {state}: {meaning}; `py-spy dump --native " \
-           f"--pid {proc.get('pid')}` on that host shows where"
+    return f"{_ALIVE}{where}, state {state}: {meaning}; `py-spy dump --native --pid {proc.get('pid')}` on that " \
+           "host shows where"
 
 
 def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
@@ -261,7 +264,7 @@ def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
                          "kernel log say why)")
         if silent:
             parts.append(f"rank(s) {_ranks(silent)} did not dump although alive (rank {silent[0]}: "
-                         f"{states[silent[0]].detail.split(': ', 1)[1]})")
+                         f"{states[silent[0]].detail.removeprefix(_ALIVE)})")
         msg = f"dump_missing: in {_group_label(group)}, " + "; ".join(parts) + f"; {where}"
         waiting = tuple(r for r in group.ranks if r not in missing)
         return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},

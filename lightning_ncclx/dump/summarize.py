@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_ncclx.analysis.load import COLLECTION_FILE
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, unpack_files
 from lightning_ncclx.dump.writer import atomic_write_text, rank_prefix
 
 log = logging.getLogger(__name__)
 
-COLLECTION_FILE = "collection.json"
 
 
 @dataclass

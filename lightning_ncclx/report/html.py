@@ -54,11 +54,12 @@ def _timeline_svg(rows: tuple[RankRow, ...], culprits: set[int]) -> str:
 def render_html(summary: Summary) -> str:
     d = summary
     cls = "ok" if d.verdict is Verdict.NO_HANG else "bad"
+    shown = display_rows(d, MAX_ROWS)
     embedded_json = json.dumps(d.to_dict()).replace("</", "<\\/")  # a "</script>" in a path cannot end the tag
     rows = "".join(
         f'<tr class="{"culprit" if r.rank in d.culprit_ranks else ""}"><td>{r.rank}</td><td>{html.escape(r.host or "-")}'
         f"</td><td>{html.escape(r.state)}</td><td>{html.escape(r.detail)}</td><td><code>{html.escape(r.location or '-')}"
-        "</code></td></tr>" for r in display_rows(d, MAX_ROWS))
+        "</code></td></tr>" for r in shown)
     return (
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>lightning-ncclx hang summary</title>"
         f"<style>{_CSS}</style></head><body>"
@@ -67,7 +68,7 @@ def render_html(summary: Summary) -> str:
         "<h2>Last collectives per rank</h2><p>green: finished, orange: not finished; the bar marks where each "
         "rank stopped; culprits in red. Cells: [g&lt;group&gt;] op and sequence id (AR all_reduce, AG all_gather, "
         "RS reduce_scatter, BC broadcast, BAR barrier, A2A all_to_all); hover for details.</p>"
-        f"{_timeline_svg(display_rows(d, MAX_ROWS), set(d.culprit_ranks))}"
+        f"{_timeline_svg(shown, set(d.culprit_ranks))}"
         "<h2>Ranks</h2><table><tr><th>rank</th><th>host</th><th>state</th><th>detail</th><th>location</th></tr>"
         f"{rows}</table>"
         f'<script type="application/json" id="summary">{embedded_json}</script>'

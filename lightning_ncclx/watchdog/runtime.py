@@ -77,7 +77,8 @@ class WatchdogRuntime:
                 log.debug("[rank %d] %d earlier dump event(s) in the store: skipped", self.rank, past)
             self.coordinator.register_process(this_process(self.rank))
         except Exception:  # noqa: BLE001 - a store that cannot answer now is retried by every poll
-            log.warning("[rank %d] could not read earlier dump events from the store", self.rank, exc_info=True)
+            log.warning("[rank %d] could not read earlier dump events or register this process in the store",
+                        self.rank, exc_info=True)
         self._install_signal()
         self._thread.start()
         log.debug("[rank %d] stall watchdog started, dumps go to %s", self.rank, self.dump_dir)
@@ -182,7 +183,7 @@ class WatchdogRuntime:
                 log.warning("[rank %d] %s: the process of rank(s) %s on this host is gone", self.rank, event.name,
                             sorted(gone))
         except Exception:  # noqa: BLE001
-            log.debug("[rank %d] checking this host's other ranks failed", self.rank, exc_info=True)
+            log.warning("[rank %d] checking this host's other ranks failed", self.rank, exc_info=True)
         if self.on_dumped is not None:
             try:
                 self.on_dumped(event.reason)
