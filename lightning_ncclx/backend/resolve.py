@@ -58,8 +58,14 @@ def nccl_resolution(caps: BackendCapabilities) -> str:
 def resolve_backend(choice: str, device_type: str, caps: BackendCapabilities) -> str:
     """The backend string for ``init_process_group``; raises BackendUnavailableError with the reason."""
     if choice == "auto":
+        # Lightning's own choice for the device it picked: nccl on CUDA, gloo on anything else.
+        # Lightning has already checked that its devices exist; only a torch without NCCL cannot serve it.
         if device_type == "cuda":
-            _require_nccl("auto", device_type, caps)
+            if not caps.nccl_built:
+                raise BackendUnavailableError(
+                    f"ncclx.backend='auto' on the CUDA devices Lightning chose needs NCCL, but torch "
+                    f"{caps.torch_version} was built without it; use accelerator='cpu' (gloo) or a CUDA build of torch"
+                )
             return "nccl"
         _require_gloo(choice, caps)
         return "gloo"

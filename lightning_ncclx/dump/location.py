@@ -43,9 +43,14 @@ def run_id_from_environment(environ: os._Environ[str] | dict[str, str] | None = 
     return None
 
 
-def resolve_dump_dir(configured: str | os.PathLike[str] | None, default_root_dir: str | os.PathLike[str] | None) -> Path:
+def resolve_dump_dir(
+    configured: str | os.PathLike[str] | None,
+    default_root_dir: str | os.PathLike[str] | None,
+    run_id: str | None = None,
+) -> Path:
     """The run's dump folder: the configured one, else Hydra's output folder, else
     ``<default_root_dir>/ncclx_dumps/<run id>`` (``<default_root_dir>/ncclx_dumps`` with no run id).
+    ``run_id`` defaults to the launcher's (:func:`run_id_from_environment`).
 
     ``$VARIABLES`` and ``~`` in a configured folder are expanded in each rank's own environment,
     so one setting such as ``'$TMPDIR/ncclx/$SLURM_JOB_ID'`` gives every node its local folder."""
@@ -55,7 +60,7 @@ def resolve_dump_dir(configured: str | os.PathLike[str] | None, default_root_dir
     if hydra_dir is not None:
         return (hydra_dir / DUMPS_FOLDER_NAME).absolute()
     root = Path(default_root_dir) if default_root_dir is not None else Path.cwd()
-    run_id = run_id_from_environment()
+    run_id = run_id or run_id_from_environment()
     folder = root / DUMPS_FOLDER_NAME
     return (folder / run_id if run_id else folder).absolute()
 

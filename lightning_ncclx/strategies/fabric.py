@@ -12,10 +12,16 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal, Mapping, Optional
 
+import torch
+from lightning.fabric.accelerators import Accelerator
+from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment, Precision
 from lightning.fabric.strategies import DDPStrategy
 from typing_extensions import override
+
+from lightning_ncclx.config import NcclxConfig
 
 from lightning_ncclx.backend.timeouts import apply_timeout_to_all_groups
 from lightning_ncclx.strategies.names import register_ddp_names
@@ -23,10 +29,40 @@ from lightning_ncclx.strategies.mixin import NcclxStrategyMixin
 
 
 class FabricDDPNcclxStrategy(NcclxStrategyMixin, DDPStrategy):
-    """Fabric's DDP with lightning-ncclx's backend choice, flight recorder and timeouts."""
+    """Fabric's DDP with lightning-ncclx's backend choice, flight recorder and timeouts.
+
+    Takes every argument of Fabric's ``DDPStrategy`` plus ``ncclx``; ``timeout`` and
+    ``process_group_backend`` are folded into ``ncclx`` as for ``DDPNcclxStrategy``."""
 
     strategy_name = "ddp_ncclx"
     attaches_watchdog = False
+
+    def __init__(
+        self,
+        accelerator: Optional[Accelerator] = None,
+        parallel_devices: Optional[list[torch.device]] = None,
+        cluster_environment: Optional[ClusterEnvironment] = None,
+        checkpoint_io: Optional[CheckpointIO] = None,
+        precision: Optional[Precision] = None,
+        process_group_backend: Optional[str] = None,
+        timeout: Optional[timedelta] = None,
+        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
+        *,
+        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision=precision,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+            ncclx=ncclx,
+            **kwargs,
+        )
 
     @override
     def barrier(self, *args: Any, **kwargs: Any) -> None:

@@ -21,11 +21,25 @@ barrier passes ``device_ids`` for every NCCL-family backend, not only the exact 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Generator
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Callable, Generator, Literal, Mapping, Optional, Union
 
 import torch
+from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
+from lightning.pytorch.accelerators import Accelerator
+from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import FSDPStrategy
 from typing_extensions import override
+
+from lightning_ncclx.config import NcclxConfig
+
+if TYPE_CHECKING:  # as in lightning.pytorch.strategies.fsdp, whose annotations these mirror
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp.fully_sharded_data_parallel import CPUOffload, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    _POLICY = Union[set[type[torch.nn.Module]], Callable[[torch.nn.Module, bool, int], bool], ModuleWrapPolicy]
+    _SHARDING_STRATEGY = Union[ShardingStrategy, Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]]
 
 from lightning_ncclx.strategies.mixin import NcclxStrategyMixin
 from lightning_ncclx.strategies.names import register_fsdp_names
@@ -38,10 +52,51 @@ class FSDPNcclxStrategy(DeviceMeshOnRootDevice, NcclFamilyBarrier, NcclxStrategy
     Takes every ``FSDPStrategy`` argument (``sharding_strategy``, ``auto_wrap_policy``,
     ``activation_checkpointing_policy``, ``cpu_offload``, ``state_dict_type``, ``device_mesh``...)
     plus ``ncclx=`` (an ``NcclxConfig``, a mapping or a DictConfig). ``timeout`` and
-    ``process_group_backend`` are set through ``ncclx`` instead.
+    ``process_group_backend`` are folded into ``ncclx`` as for ``DDPNcclxStrategy`` (see there).
     """
 
     strategy_name = "fsdp_ncclx"
+
+    def __init__(
+        self,
+        accelerator: Optional[Accelerator] = None,
+        parallel_devices: Optional[list[torch.device]] = None,
+        cluster_environment: Optional[ClusterEnvironment] = None,
+        checkpoint_io: Optional[CheckpointIO] = None,
+        precision_plugin: Optional[Precision] = None,
+        process_group_backend: Optional[str] = None,
+        timeout: Optional[timedelta] = None,
+        cpu_offload: Union[bool, "CPUOffload", None] = None,
+        mixed_precision: Optional["MixedPrecision"] = None,
+        auto_wrap_policy: Optional["_POLICY"] = None,
+        activation_checkpointing: Optional[Union[type[torch.nn.Module], list[type[torch.nn.Module]]]] = None,
+        activation_checkpointing_policy: Optional["_POLICY"] = None,
+        sharding_strategy: "_SHARDING_STRATEGY" = "FULL_SHARD",
+        state_dict_type: Literal["full", "sharded"] = "full",
+        device_mesh: Union[tuple[int, int], "DeviceMesh", None] = None,
+        *,
+        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            cpu_offload=cpu_offload,
+            mixed_precision=mixed_precision,
+            auto_wrap_policy=auto_wrap_policy,
+            activation_checkpointing=activation_checkpointing,
+            activation_checkpointing_policy=activation_checkpointing_policy,
+            sharding_strategy=sharding_strategy,
+            state_dict_type=state_dict_type,
+            device_mesh=device_mesh,
+            ncclx=ncclx,
+            **kwargs,
+        )
     # FSDPStrategy's class-level list is shared with subclasses, and Lightning refuses every name
     # in it on CPU: our names live in a list of our own.
     _registered_strategies: list[str] = []

@@ -37,6 +37,8 @@ class FSDP2NcclxStrategy(PureDataParallelByDefault, NcclFamilyBarrier, NcclxStra
         tensor_parallel_size: ranks per tensor-parallel group (default 1: FSDP2 only); ``"auto"``
             keeps Lightning's meaning (the processes of one node).
         save_distributed_checkpoint: one checkpoint shard per rank (True) or one full file (False).
+        process_group_backend: folded into ``ncclx.backend`` as for ``DDPNcclxStrategy``.
+        timeout: the start-up timeout, folded into ``ncclx.timeouts`` as for ``DDPNcclxStrategy``.
         ncclx: an ``NcclxConfig``, a mapping or a DictConfig.
     """
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import secrets
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,8 +26,9 @@ from lightning_ncclx.backend.resolve import (
 )
 from lightning_ncclx.backend.timeouts import TimeoutSchedule, apply_timeout_to_all_groups
 from lightning_ncclx.config import NcclxConfig, ncclx_config_from
-from lightning_ncclx.dump.location import RUN_ID_VARIABLE, resolve_dump_dir, run_id_from_environment, torch_dump_prefix
-from lightning_ncclx.errors import ConfigError
+from lightning_ncclx.dump.location import RUN_ID_VARIABLE, resolve_dump_dir, torch_dump_prefix
+from lightning_ncclx.strategies.arguments import fold_lightning_arguments
+from lightning_ncclx.strategies.run_scope import RunScope, exported, next_run_id
 
 from lightning_ncclx.log_setup import ensure_visible_logging
 
@@ -37,23 +36,11 @@ log = logging.getLogger(__name__)
 ensure_visible_logging()
 
 
-def new_run_id() -> str:
-    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def check_writable_folder(folder: Path, key: str) -> None:
-    """Create ``folder`` and prove a file can be written there, or raise ConfigError naming ``key``."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(f"{key}: the dump folder {str(folder)!r} is not writable ({err.strerror or err})") from None
-
-
 class NcclxStrategyMixin:
-    """Mixed in before a Lightning strategy class (``class X(NcclxStrategyMixin, DDPStrategy)``)."""
+    """Mixed in before a Lightning strategy class (``class X(NcclxStrategyMixin, DDPStrategy)``).
+
+    Each concrete strategy spells out its Lightning parent's constructor signature (so that
+    ``inspect.signature`` and LightningCLI see every argument) and forwards it here by keyword."""
 
     strategy_name = "ncclx"
     attaches_watchdog = True
@@ -61,21 +48,41 @@ class NcclxStrategyMixin:
     # Set by _ncclx_init; declared for type checkers.
     ncclx: NcclxConfig
     _ncclx_backend: str | None
+    _ncclx_passthrough_backend: str | None
     _ncclx_dump_dir: Path | None
     _ncclx_schedule: TimeoutSchedule | None
+    _ncclx_run_id: str | None
+    _ncclx_scope: RunScope
 
-    def __init__(self, *args: Any, ncclx: NcclxConfig | Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self._ncclx_init(ncclx, kwargs)
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        *args: Any,
+        ncclx: NcclxConfig | Mapping[str, Any] | None = None,
+        timeout: timedelta | float | None = None,
+        process_group_backend: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._ncclx_init(ncclx, timeout, process_group_backend)
+        super().__init__(  # type: ignore[call-arg]
+            *args,
+            timeout=timedelta(seconds=self.ncclx.timeouts.init_timeout_seconds),
+            process_group_backend=process_group_backend,
+            **kwargs,
+        )
 
     def _configure_launcher(self) -> None:
         self._ncclx_before_launch()
         super()._configure_launcher()  # type: ignore[misc]
+        self._ncclx_hand_run_id_to_children()
 
     def setup_environment(self) -> None:
         self._ncclx_prepare_environment()
         super().setup_environment()  # type: ignore[misc]
         self._ncclx_after_group()
+
+    def teardown(self) -> None:
+        super().teardown()  # type: ignore[misc]
+        self._ncclx_scope.close()
 
     def _get_process_group_backend(self) -> str:
         return self._ncclx_backend or self._ncclx_resolve_backend()
@@ -84,16 +91,20 @@ class NcclxStrategyMixin:
         super().on_train_batch_start(batch, batch_idx)  # type: ignore[misc]
         self._ncclx_on_train_batch_start()
 
-    def _ncclx_init(self, ncclx: NcclxConfig | Mapping[str, Any] | None, kwargs: dict[str, Any]) -> None:
-        for reserved, instead in (("timeout", "ncclx.timeouts.init_timeout_seconds"), ("process_group_backend", "ncclx.backend")):
-            if kwargs.get(reserved) is not None:
-                raise ConfigError(f"{type(self).__name__}({reserved}=...) is set through {instead} instead")
-            kwargs.pop(reserved, None)
-        self.ncclx = ncclx_config_from(ncclx)
+    def _ncclx_init(
+        self,
+        ncclx: NcclxConfig | Mapping[str, Any] | None,
+        timeout: timedelta | float | None,
+        process_group_backend: str | None,
+    ) -> None:
+        folded = fold_lightning_arguments(type(self).__name__, ncclx_config_from(ncclx), timeout, process_group_backend)
+        self.ncclx = folded.ncclx
+        self._ncclx_passthrough_backend = folded.passthrough_backend
         self._ncclx_backend = None
         self._ncclx_dump_dir = None
         self._ncclx_schedule = None
-        kwargs["timeout"] = timedelta(seconds=self.ncclx.timeouts.init_timeout_seconds)
+        self._ncclx_run_id = None
+        self._ncclx_scope = RunScope()
 
     # ----------------------------------------------------------------- before the process group
     @property
@@ -101,19 +112,44 @@ class NcclxStrategyMixin:
         """The run's dump folder, known once ``setup_environment`` has run."""
         return self._ncclx_dump_dir
 
+    @property
+    def ncclx_run_id(self) -> str | None:
+        """This Trainer's run id (the same on every rank), known once the launcher is configured."""
+        return self._ncclx_run_id
+
     def _ncclx_resolve_backend(self, caps: BackendCapabilities | None = None) -> str:
+        if self._ncclx_passthrough_backend is not None:
+            return self._ncclx_passthrough_backend  # a name torch may know: torch judges it, as with Lightning
         device_type = self.root_device.type  # type: ignore[attr-defined]
         return resolve_backend(self.ncclx.backend, device_type, caps or probe_capabilities())
 
     def _ncclx_before_launch(self) -> None:
         """In the launching process: refuse an unservable backend before any child starts, and
-        give every rank of this run one run id (children inherit the environment)."""
+        give this Trainer its run id."""
         self._ncclx_backend = self._ncclx_resolve_backend()
         configured = self.ncclx.flight_recorder.dump_dir
         if configured is not None:
-            check_writable_folder(resolve_dump_dir(configured, None), "ncclx.flight_recorder.dump_dir")
-        if run_id_from_environment() is None:
-            os.environ[RUN_ID_VARIABLE] = new_run_id()
+            probe = RunScope()
+            try:
+                probe.make_writable_folder(resolve_dump_dir(configured, None), "ncclx.flight_recorder.dump_dir")
+            finally:
+                probe.close()  # each rank makes it again in setup_environment
+        self._ncclx_run_id = next_run_id()
+
+    def _ncclx_hand_run_id_to_children(self) -> None:
+        """Script launchers (``ddp``/popen) start children that re-run the script: they read this
+        Trainer's run id from their environment, set only while they are started."""
+        launcher = getattr(self, "_launcher", None)
+        start_children = getattr(launcher, "_call_children_scripts", None)
+        if start_children is None or self._ncclx_run_id is None:
+            return
+        run_id = self._ncclx_run_id
+
+        def start_children_with_run_id() -> None:
+            with exported({RUN_ID_VARIABLE: run_id}):
+                start_children()
+
+        launcher._call_children_scripts = start_children_with_run_id  # type: ignore[union-attr]
 
     def _ncclx_trainer(self) -> Any:
         """The Trainer driving this strategy (None under Fabric or before connect)."""
@@ -123,12 +159,19 @@ class NcclxStrategyMixin:
     def _ncclx_prepare_environment(self) -> None:
         self._ncclx_backend = self._ncclx_resolve_backend()
         self._process_group_backend = self._ncclx_backend  # type: ignore[attr-defined]
+        if self._ncclx_run_id is None:  # set up without a launcher (Fabric's or a test's own calls)
+            self._ncclx_run_id = next_run_id()
         recorder = self.ncclx.flight_recorder
-        dump_dir = resolve_dump_dir(recorder.dump_dir, getattr(self._ncclx_trainer(), "default_root_dir", None))
+        root = getattr(self._ncclx_trainer(), "default_root_dir", None)
+        dump_dir = resolve_dump_dir(recorder.dump_dir, root, self._ncclx_run_id)
         prefix = torch_dump_prefix(dump_dir, recorder.torch_dump_prefix)
-        check_writable_folder(prefix.parent, "ncclx.flight_recorder.dump_dir")
+        # torch writes its own timeout dumps there without creating folders; teardown removes
+        # whatever stayed empty.
+        self._ncclx_scope.make_writable_folder(prefix.parent, "ncclx.flight_recorder.dump_dir")
         self._ncclx_dump_dir = dump_dir
-        apply_recorder_env(recorder, prefix)
+        environ = dict(os.environ)
+        to_set, _ = apply_recorder_env(recorder, prefix, environ)
+        self._ncclx_scope.export(to_set)
         self._timeout = timedelta(seconds=self.ncclx.timeouts.init_timeout_seconds)  # type: ignore[attr-defined]
         timeouts = self.ncclx.timeouts
         self._ncclx_schedule = TimeoutSchedule(

@@ -4,8 +4,10 @@ these in before ``NcclxStrategyMixin`` and its own base class."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal, Mapping, Optional, Union
 
+from lightning_ncclx.config import NcclxConfig
 from lightning_ncclx.errors import ConfigError
 
 
@@ -40,14 +42,26 @@ class PureDataParallelByDefault:
     """ModelParallelStrategy with ``data_parallel_size="auto"`` and an explicit
     ``tensor_parallel_size``: data-parallel size = world size / tensor-parallel size."""
 
-    def __init__(self, data_parallel_size: Any = "auto", tensor_parallel_size: Any = 1,
-                 save_distributed_checkpoint: bool = True, *, ncclx: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        data_parallel_size: Union[Literal["auto"], int] = "auto",
+        tensor_parallel_size: Union[Literal["auto"], int] = 1,
+        save_distributed_checkpoint: bool = True,
+        process_group_backend: Optional[str] = None,
+        timeout: Optional[timedelta] = None,
+        *,
+        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+    ) -> None:
+        """ModelParallelStrategy's arguments plus ``ncclx``; ``tensor_parallel_size`` defaults to 1
+        (FSDP2 only) where Lightning's defaults to ``"auto"``; ``timeout`` and
+        ``process_group_backend`` are folded into ``ncclx`` as for ``DDPNcclxStrategy``."""
         super().__init__(  # type: ignore[call-arg]
             data_parallel_size=data_parallel_size,
             tensor_parallel_size=tensor_parallel_size,
             save_distributed_checkpoint=save_distributed_checkpoint,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
             ncclx=ncclx,
-            **kwargs,
         )
 
     def setup_environment(self) -> None:

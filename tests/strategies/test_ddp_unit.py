@@ -8,7 +8,6 @@ from unittest import mock
 import pytest
 import torch
 
-from lightning_ncclx.errors import ConfigError
 from lightning_ncclx.strategies import DDPNcclxStrategy
 
 
@@ -41,12 +40,6 @@ def test_atexit_destroy_for_nccl_backends_lightning_does_not_cover(backend: str,
     with mock.patch("atexit.register") as register, mock.patch.object(DDPNcclxStrategy, "global_rank", 1):
         strategy._ncclx_after_group()
     assert register.called is registers
-
-
-@pytest.mark.parametrize("reserved", ["timeout", "process_group_backend"])
-def test_settings_that_belong_to_ncclx_are_refused_as_arguments(reserved: str) -> None:
-    with pytest.raises(ConfigError, match=rf"DDPNcclxStrategy\({reserved}=...\) is set through ncclx"):
-        DDPNcclxStrategy(**{reserved: "gloo"})
 
 
 def test_start_up_timeout_comes_from_the_config() -> None:

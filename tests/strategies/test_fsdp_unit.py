@@ -48,9 +48,7 @@ def test_pytorch_lightning_flavour_registers_the_fsdp_names() -> None:
 
 
 @pytest.mark.parametrize("cls", [FSDPNcclxStrategy, FSDP2NcclxStrategy])
-def test_timeout_and_backend_are_set_through_ncclx(cls: type) -> None:
-    with pytest.raises(ConfigError, match=r"timeout=\.\.\.\) is set through ncclx.timeouts.init_timeout_seconds"):
-        cls(timeout=10)
+def test_start_up_timeout_comes_from_the_config(cls: type) -> None:
     strategy = cls(ncclx={"timeouts": {"init_timeout_seconds": 1200, "training_timeout_seconds": 600}})
     assert strategy._timeout.total_seconds() == 1200
 
