@@ -11,10 +11,8 @@ Example::
     trainer = Trainer(strategy=DDPNcclxStrategy(ncclx=NcclxConfig(backend="nccl2")), devices=8)
 """
 
-from __future__ import annotations
-
 from datetime import timedelta
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Callable, Literal, Optional
 
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
@@ -64,7 +62,7 @@ class DDPNcclxStrategy(NcclxStrategyMixin, DDPStrategy):
         timeout: Optional[timedelta] = None,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         *,
-        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        ncclx: Optional[NcclxConfig] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(

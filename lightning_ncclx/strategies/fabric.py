@@ -10,10 +10,8 @@ Example::
     fabric = Fabric(strategy="ddp_ncclx", accelerator="cpu", devices=2)
 """
 
-from __future__ import annotations
-
 from datetime import timedelta
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 import torch
 from lightning.fabric.accelerators import Accelerator
@@ -48,7 +46,7 @@ class FabricDDPNcclxStrategy(NcclxStrategyMixin, DDPStrategy):
         timeout: Optional[timedelta] = None,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         *,
-        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        ncclx: Optional[NcclxConfig] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(

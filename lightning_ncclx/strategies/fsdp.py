@@ -18,11 +18,9 @@ refuses on a machine without an accelerator), a
 barrier passes ``device_ids`` for every NCCL-family backend, not only the exact string ``"nccl"``.
 """
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Generator, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Generator, Literal, Optional, Union
 
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
@@ -75,7 +73,7 @@ class FSDPNcclxStrategy(DeviceMeshOnRootDevice, NcclFamilyBarrier, NcclxStrategy
         state_dict_type: Literal["full", "sharded"] = "full",
         device_mesh: Union[tuple[int, int], "DeviceMesh", None] = None,
         *,
-        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        ncclx: Optional[NcclxConfig] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(

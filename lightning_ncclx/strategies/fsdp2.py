@@ -16,8 +16,6 @@ the device mesh is built on the root device's type (``cpu`` with gloo, ``cuda`` 
 backends), and the barrier passes ``device_ids`` for every NCCL-family backend.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from lightning.pytorch.strategies import ModelParallelStrategy

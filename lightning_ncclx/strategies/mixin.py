@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 ensure_visible_logging()
 
 
+def _process_group_exists() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 class NcclxStrategyMixin:
     """Mixed in before a Lightning strategy class (``class X(NcclxStrategyMixin, DDPStrategy)``).
 
@@ -76,8 +82,17 @@ class NcclxStrategyMixin:
         self._ncclx_hand_run_id_to_children()
 
     def setup_environment(self) -> None:
-        self._ncclx_prepare_environment()
-        super().setup_environment()  # type: ignore[misc]
+        try:
+            self._ncclx_prepare_environment()
+            super().setup_environment()  # type: ignore[misc]
+        except BaseException:
+            self._ncclx_scope.close()  # a failed set-up takes back what it set, torn down or not
+            raise
+        if not _process_group_exists():
+            # No group was made (init_process_group mocked or patched out): nothing reads the
+            # variables, and a set-up that is never torn down must not leave them behind.
+            self._ncclx_scope.close()
+            return
         self._ncclx_after_group()
 
     def teardown(self) -> None:
@@ -154,7 +169,9 @@ class NcclxStrategyMixin:
     def _ncclx_trainer(self) -> Any:
         """The Trainer driving this strategy (None under Fabric or before connect)."""
         module = getattr(self, "lightning_module", None)
-        return getattr(module, "_trainer", None) if module is not None else None
+        trainer = getattr(module, "_trainer", None) if module is not None else None
+        # Only a Trainer-like object: strategies are also driven by hand with stand-in modules.
+        return trainer if isinstance(getattr(trainer, "callbacks", None), list) else None
 
     def _ncclx_prepare_environment(self) -> None:
         self._ncclx_backend = self._ncclx_resolve_backend()

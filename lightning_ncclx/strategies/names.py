@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-DDP_NAMES = (("ddp_ncclx", "popen"), ("ddp_ncclx_spawn", "spawn"))
+# Lightning's DDP names with "ddp" spelt "ddp_ncclx": start method, then find_unused_parameters.
+DDP_NAMES = (("ddp_ncclx", "popen"), ("ddp_ncclx_spawn", "spawn"), ("ddp_ncclx_fork", "fork"), ("ddp_ncclx_notebook", "fork"))
 
 
 def register_ddp_names(cls: type, strategy_registry: Any) -> None:
@@ -16,6 +17,15 @@ def register_ddp_names(cls: type, strategy_registry: Any) -> None:
             override=True,
             start_method=start_method,
         )
+        for find_unused in (False, True):
+            strategy_registry.register(
+                f"{name}_find_unused_parameters_{str(find_unused).lower()}",
+                cls,
+                description=f"{name} with find_unused_parameters={find_unused}",
+                override=True,
+                start_method=start_method,
+                find_unused_parameters=find_unused,
+            )
 
 
 def register_fsdp_names(cls: Any, strategy_registry: Any) -> None:

@@ -2,10 +2,8 @@
 and class hierarchy from ``lightning.pytorch``). FSDP on CPU is supported by the
 ``lightning.pytorch`` flavour only."""
 
-from __future__ import annotations
-
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
 
 import torch
 from lightning_fabric.plugins import CheckpointIO, ClusterEnvironment
@@ -47,7 +45,7 @@ class PLDDPNcclxStrategy(NcclxStrategyMixin, DDPStrategy):
         timeout: Optional[timedelta] = None,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         *,
-        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        ncclx: Optional[NcclxConfig] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -99,7 +97,7 @@ class PLFSDPNcclxStrategy(DeviceMeshOnRootDevice, NcclFamilyBarrier, NcclxStrate
         state_dict_type: Literal["full", "sharded"] = "full",
         device_mesh: Union[tuple[int, int], "DeviceMesh", None] = None,
         *,
-        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        ncclx: Optional[NcclxConfig] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(

@@ -2,10 +2,8 @@
 (``lightning.pytorch`` and ``pytorch_lightning``). No Lightning import here: each flavour mixes
 these in before ``NcclxStrategyMixin`` and its own base class."""
 
-from __future__ import annotations
-
 from datetime import timedelta
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from lightning_ncclx.config import NcclxConfig
 from lightning_ncclx.errors import ConfigError
@@ -50,7 +48,7 @@ class PureDataParallelByDefault:
         process_group_backend: Optional[str] = None,
         timeout: Optional[timedelta] = None,
         *,
-        ncclx: Optional[NcclxConfig | Mapping[str, Any]] = None,
+        ncclx: Optional[NcclxConfig] = None,
     ) -> None:
         """ModelParallelStrategy's arguments plus ``ncclx``; ``tensor_parallel_size`` defaults to 1
         (FSDP2 only) where Lightning's defaults to ``"auto"``; ``timeout`` and
