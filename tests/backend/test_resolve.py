@@ -20,6 +20,9 @@ def caps(**overrides: object) -> BackendCapabilities:
     [
         ("auto", "cuda", caps(), "nccl"),
         ("auto", "cpu", caps(cuda_devices=0), "gloo"),
+        # auto follows the device Lightning chose, even where torch's own count disagrees
+        ("auto", "cuda", caps(cuda_devices=0), "nccl"),
+        ("auto", "mps", caps(cuda_devices=0), "gloo"),
         ("nccl2", "cuda", caps(), "nccl2"),
         ("nccl-lazy", "cuda", caps(), "nccl-lazy"),
         ("nccl-legacy", "cuda", caps(), "nccl-legacy"),
@@ -39,6 +42,7 @@ def test_servable_choices(choice: str, device: str, capabilities: BackendCapabil
         ("nccl-lazy", "cuda", caps(cuda_devices=0), r"needs at least one CUDA device"),
         ("nccl-legacy", "cuda", caps(nccl_built=False), r"built without it"),
         ("gloo", "cpu", caps(gloo_available=False), r"needs gloo"),
+        ("auto", "cuda", caps(nccl_built=False), r"'auto' on the CUDA devices Lightning chose needs NCCL, but torch 2.15.0 was built without it"),
     ],
 )
 def test_unservable_choices_are_refused(choice: str, device: str, capabilities: BackendCapabilities, message: str) -> None:

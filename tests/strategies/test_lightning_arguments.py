@@ -106,3 +106,17 @@ def test_constructor_signature_types_resolve() -> None:
                                                                                    "MixedPrecision": object,
                                                                                    "DeviceMesh": object})
         assert "ncclx" in hints
+
+
+def test_auto_follows_the_device_lightning_chose() -> None:
+    import torch
+    from unittest import mock
+
+    from lightning_ncclx.backend.resolve import BackendCapabilities
+
+    caps = BackendCapabilities(torch_version="2.15.0", has_nccl2=True, has_legacy_name=True, nccl_built=True,
+                               gloo_available=True, cuda_devices=0, nccl2_by_default=True)
+    strategy = DDPNcclxStrategy(parallel_devices=[torch.device("cuda", 0)])
+    with mock.patch("lightning_ncclx.strategies.mixin.probe_capabilities", return_value=caps):
+        assert strategy._get_process_group_backend() == "nccl"
+    assert DDPNcclxStrategy(parallel_devices=[torch.device("cpu")])._get_process_group_backend() == "gloo"
