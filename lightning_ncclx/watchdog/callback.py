@@ -97,7 +97,13 @@ class StallWatchdog(Callback):
                 log.warning("stopping the stall watchdog failed", exc_info=True)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        runtime = self._runtime
         self._stop()
+        if runtime is not None:
+            try:
+                runtime.guard_exit()
+            except Exception:  # noqa: BLE001
+                log.warning("the exit guard could not be set", exc_info=True)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         runtime = self._runtime

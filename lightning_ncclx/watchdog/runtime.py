@@ -23,9 +23,10 @@ from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_j
 from lightning_ncclx.dump.liveness import this_process
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summarize
-from lightning_ncclx.dump.writer import host_name, write_rank_dump
+from lightning_ncclx.dump.writer import format_stacks, host_name, write_rank_dump
 from lightning_ncclx.watchdog.activity import main_thread_phase
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
+from lightning_ncclx.watchdog.teardown_guard import guard_exit
 from lightning_ncclx.watchdog.triggers import FileTrigger, SignalWakeup, checks_file_trigger
 
 log = logging.getLogger(__name__)
@@ -312,6 +313,19 @@ class WatchdogRuntime:
         self._stop.set()
         self._leave(event)
         self._exit_fn(exit_code)
+
+    def guard_exit(self) -> None:
+        """After the watchdog stopped at the end of a run: bound the process's exit (see
+        :mod:`teardown_guard`). A rank started by another rank's process gets a margin, so the
+        launching rank's exit status is the one reported."""
+        seconds = self.heartbeat.threshold(Phase.teardown)
+        try:
+            if self.coordinator.launcher_parent() is not None:
+                seconds += 2 * LEAVE_WAIT_SECONDS
+        except Exception:  # noqa: BLE001
+            log.debug("launcher parent lookup failed", exc_info=True)
+        code = self.config.exit_code if self.config.on_stall is StallAction.dump_and_exit else None
+        guard_exit(self.dump_dir, self.rank, seconds, code, format_stacks, self._exit_fn)
 
     def on_exception(self, exception: BaseException) -> None:
         """Main thread, from ``on_exception``: dump this rank and ask the others; never raises."""

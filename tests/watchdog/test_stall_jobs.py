@@ -243,3 +243,13 @@ def test_a_rank_holding_the_gil_is_named_with_its_native_stack(tmp_path: Path) -
     assert (folder / silent["native_stacks"]).is_file()
     summary = assert_culprit(folder, 2, result.log)
     assert summary["verdict"] == "dump_missing"
+
+
+def test_a_hang_at_exit_is_dumped_and_ended(tmp_path: Path) -> None:
+    """A healthy fit whose processes then hang at exit (as destroy_process_group can): after
+    teardown_seconds (validation_seconds, 10 s here) each rank writes its stacks and exits 75."""
+    result = run_job(tmp_path, "--fault", "hang_at_exit", "--strategy", "ddp_ncclx")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    assert result.events() == [] and "stall:" not in result.log, result.log[-4000:]
+    stacks = (result.dump_dir / "teardown-rank0.stacks.txt").read_text()
+    assert "ncclx-exit-guard" in stacks

@@ -9,7 +9,7 @@ Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``
 all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
-itself), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
+itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
 expected), ``slow_state_dict`` (every 3 steps a checkpoint whose ``state_dict()`` takes 4.5 s, as
@@ -163,6 +163,10 @@ class Model(LightningModule):
 
 def main() -> int:
     args = parse()
+    if args.fault == "hang_at_exit":  # registered before Lightning's: runs after them, as a hung destroy would
+        import atexit
+
+        atexit.register(time.sleep, FOREVER)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     step = args.train_step_seconds
