@@ -172,7 +172,12 @@ class WatchdogConfig:
     epoch's boundaries (epoch-end work; a later epoch's start until its first batch, while the
     loader's workers restart)."""
     checkpoint_seconds: float = 500.0
-    """Threshold while a checkpoint is saved."""
+    """Threshold while a checkpoint is built and saved (all of ``Trainer.save_checkpoint``: state
+    dicts, FSDP gathers, the write, its barrier), and for a step whose main thread is found
+    inside checkpoint code."""
+    teardown_seconds: float | None = None
+    """Threshold after the last batch of fit, validate, test or predict: strategy teardown and
+    ``on_fit_end`` until the watchdog stops. Null: ``validation_seconds``."""
     auto: AutoThresholdConfig = field(default_factory=AutoThresholdConfig)
     on_stall: StallAction = StallAction.dump
     """``dump``: dump, summarize, keep waiting. ``dump_and_exit``: then end every rank."""
@@ -183,7 +188,16 @@ class WatchdogConfig:
     dump_on_exception: bool = True
     """Write the failing rank's dump when training raises."""
     on_demand_signal: str | None = "SIGUSR2"
-    """Signal that makes every rank dump (``kill -USR2 <pid>`` on any rank); null disables."""
+    """Signal that makes every rank dump (``kill -USR2 <pid>`` on any rank), also while the main
+    thread is blocked in a collective; null disables."""
+    on_demand_file: str | None = "DUMP_NOW"
+    """``touch <dump_dir>/<this name>`` makes every rank dump (each host's local rank 0 looks for
+    it every 2 s); null disables."""
+    max_on_demand_dumps: int = 10
+    """On-demand dumps per run; later requests are only logged."""
+    native_stacks: bool = True
+    """When the watchdog thread cannot run (the main thread holds the GIL in native code), let
+    faulthandler write the rank's Python stacks after the phase's threshold, for the summary."""
     collect_timeout_seconds: float = 20.0
     """How long the summarizing rank waits for every rank's dump before summarizing anyway."""
     gather_through_store: bool = True
@@ -195,6 +209,8 @@ class WatchdogConfig:
         for name in ("poll_interval_seconds", "first_step_seconds", "train_step_seconds",
                      "validation_seconds", "checkpoint_seconds", "collect_timeout_seconds"):
             _finite_positive(f"{key}.{name}", getattr(self, name))
+        if self.teardown_seconds is not None:
+            _finite_positive(f"{key}.teardown_seconds", self.teardown_seconds)
         if isinstance(self.auto, Mapping):
             self.auto = AutoThresholdConfig(**self.auto)
         self.on_stall = _enum(StallAction, f"{key}.on_stall", self.on_stall)
@@ -205,6 +221,15 @@ class WatchdogConfig:
             "expected an exit code from 1 to 255",
         )
         _non_negative_int(f"{key}.max_dumps_per_run", self.max_dumps_per_run)
+        _non_negative_int(f"{key}.max_on_demand_dumps", self.max_on_demand_dumps)
+        if self.on_demand_file is not None:
+            _require(
+                isinstance(self.on_demand_file, str) and bool(self.on_demand_file)
+                and "/" not in self.on_demand_file and self.on_demand_file not in (".", ".."),
+                f"{key}.on_demand_file",
+                self.on_demand_file,
+                "expected a plain file name inside the dump folder, or null",
+            )
         if self.poll_interval_seconds > 5.0:
             raise ConfigError(
                 f"{key}.poll_interval_seconds={self.poll_interval_seconds} is not valid: expected at most 5 "
@@ -257,7 +282,9 @@ def _check_stall_shorter_than_timeout(watchdog: WatchdogConfig, timeouts: Timeou
     pairs = [
         ("first_step_seconds", watchdog.first_step_seconds, "init_timeout_seconds", timeouts.init_timeout_seconds),
     ]
-    for name in ("train_step_seconds", "validation_seconds", "checkpoint_seconds"):
+    for name in ("train_step_seconds", "validation_seconds", "checkpoint_seconds", "teardown_seconds"):
+        if getattr(watchdog, name) is None:
+            continue
         pairs.append((name, getattr(watchdog, name), "training_timeout_seconds", timeouts.training_timeout_seconds))
     for stall_key, stall, timeout_key, timeout in pairs:
         if stall >= timeout:

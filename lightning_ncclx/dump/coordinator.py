@@ -14,13 +14,21 @@ Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d stor
 ``ev/<n>/blob/<r>``
     Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``).
 ``ev/<n>/done``
-    JSON ``{"exit": bool}``, set by the initiator once the summary is written.
+    JSON ``{"exit": true, "code": int}``, set by the initiator once the summary is written, only
+    when the job is to end (the other ranks wait for it, then leave).
+``ev/<n>/leaving``
+    Counter of ranks on their way out of an ending job.
 ``procs/<scope>``
     One JSON line per watchdog started in that scope (boot id and pid namespace: the processes
     that can see each other): ``{"rank", "host", "pid", "start_ticks", "scope"}``.
 ``ev/<n>/gone``
     Lines naming ranks whose process a rank on the same host found gone during event ``n``:
     the initiator stops waiting for them.
+
+Once the summary is written the initiator deletes the event's keys (blobs, announcements,
+counters) and marks ``meta`` closed (``"closed": true``), so a rank that dumps later does not
+leave new keys behind; ``meta`` itself (about 100 bytes, at most ``max_dumps_per_run`` +
+``max_on_demand_dumps`` of them) stays as the event log that keeps numbering in step.
 
 Only non-blocking calls are used (``check`` before ``get``): ``TCPStore.get`` blocks until the key
 exists. Nothing here runs per training step: the watchdog thread polls once per interval.
@@ -31,6 +39,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import tarfile
 import time
 from dataclasses import dataclass
@@ -52,13 +61,23 @@ class EventInfo:
     reason: str
     initiator: int
 
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "reason": self.reason, "initiator": self.initiator})
+    def to_json(self, closed: bool = False) -> str:
+        data: dict[str, Any] = {"name": self.name, "reason": self.reason, "initiator": self.initiator}
+        if closed:
+            data["closed"] = True
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, number: int, raw: bytes | str) -> "EventInfo":
         data = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
         return cls(number=number, name=str(data["name"]), reason=str(data["reason"]), initiator=int(data["initiator"]))
+
+
+def _is_closed(raw: bytes | None) -> bool:
+    try:
+        return raw is not None and bool(json.loads(raw).get("closed"))
+    except (ValueError, AttributeError):
+        return False
 
 
 def event_name(reason: str, number: int, rank: int) -> str:
@@ -166,7 +185,16 @@ class EventCoordinator:
         self.last_seen = number
         return EventInfo.from_json(number, raw)
 
+    def is_closed(self, event: EventInfo) -> bool:
+        """True once the initiator has written the summary and cleared the event's keys."""
+        return _is_closed(self._get_if_present(f"ev/{event.number}/meta"))
+
     def announce_dumped(self, event: EventInfo, host: str, files: list[Path], folder: Path, upload: bool) -> None:
+        """Tell the initiator where this rank's dump is (and send it, with ``upload``). A rank that
+        dumps after the summary was written keeps its dump on disk and adds no keys."""
+        if event.initiator != self.rank and self.is_closed(event):
+            log.info("[rank %d] %s is already summarized: this rank's dump stays in %s", self.rank, event.name, folder)
+            return
         if upload and files:
             try:
                 blob = pack_files(files)
@@ -180,6 +208,8 @@ class EventCoordinator:
         meta = {"host": host, "files": [p.name for p in files], "folder": str(folder)}
         self.store.set(f"ev/{event.number}/rank/{self.rank}", json.dumps(meta))
         self.store.add(f"ev/{event.number}/dumped", 1)
+        if event.initiator != self.rank and self.is_closed(event):  # closed while we announced
+            self._delete(self._rank_keys(event, self.rank))
 
     def dumped_count(self, event: EventInfo) -> int:
         return int(self.store.add(f"ev/{event.number}/dumped", 0))
@@ -268,8 +298,29 @@ class EventCoordinator:
     def fetch_blob(self, event: EventInfo, rank: int) -> bytes | None:
         return self._get_if_present(f"ev/{event.number}/blob/{rank}")
 
-    def mark_done(self, event: EventInfo, exit_job: bool) -> None:
-        self.store.set(f"ev/{event.number}/done", json.dumps({"exit": exit_job}))
+    # ------------------------------------------------------------------ the end of an event
+    def _rank_keys(self, event: EventInfo, rank: int) -> list[str]:
+        return [f"ev/{event.number}/rank/{rank}", f"ev/{event.number}/blob/{rank}"]
+
+    def _delete(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                self.store.delete_key(key)
+            except Exception:  # noqa: BLE001 - a store without delete_key keeps the key
+                log.debug("deleting store key %s failed", key, exc_info=True)
+
+    def close(self, event: EventInfo) -> None:
+        """Initiator, once the summary is written: mark the event closed, then delete its keys
+        (the dumps are on disk now; blobs are the store host's biggest memory)."""
+        self.store.set(f"ev/{event.number}/meta", event.to_json(closed=True))
+        keys = [f"ev/{event.number}/dumped", f"ev/{event.number}/gone"]
+        for rank in range(self.world_size):
+            keys += self._rank_keys(event, rank)
+        self._delete(keys)
+
+    def mark_done(self, event: EventInfo, exit_code: int) -> None:
+        """The job ends: every rank leaves with ``exit_code``."""
+        self.store.set(f"ev/{event.number}/done", json.dumps({"exit": True, "code": int(exit_code)}))
 
     def leaving(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.1) -> None:
         """Say this rank exits; the store's host (rank 0) waits for the others first, so their
@@ -281,6 +332,17 @@ class EventCoordinator:
         while count < self.world_size and self._clock() < deadline:
             self._sleep(poll_seconds)
             count = self.store.add(f"ev/{event.number}/leaving", 0)
+
+    def launcher_parent(self) -> ProcessInfo | None:
+        """The rank whose process started this one, if any: Lightning's own launcher runs local
+        rank 0 in the launching process and the other local ranks as its children. That parent
+        has to exit first, or its child-process observer SIGKILLs it (and the job reports -9)
+        as soon as it sees a child exit."""
+        ppid = os.getppid()
+        for info in self._peers_in_scope().values():
+            if info.pid == ppid:
+                return info
+        return None
 
     def wait_done(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.2) -> dict | None:
         deadline = self._clock() + timeout_seconds

@@ -16,7 +16,8 @@ from typing import Any
 
 from lightning_ncclx.analysis.load import COLLECTION_FILE
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, unpack_files
-from lightning_ncclx.dump.writer import atomic_write_text, rank_prefix
+from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top, native_stacks_path
+from lightning_ncclx.dump.writer import atomic_write_bytes, atomic_write_text, rank_prefix
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +124,15 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
             silent = {}
         result.silent_ranks = {r: {"pid": info.pid, "host": info.host, "state": state}
                                for r, (info, state) in sorted(silent.items())}
+        for r, proc in result.silent_ranks.items():
+            proc.update(_native_stacks_of(folder, r))
     if gather_through_store:
         result.gathered = gather_missing(coordinator, event, folder, announced)
     waited_for = [r for r in result.missing_ranks if r not in result.gone_ranks]
     for r, proc in result.silent_ranks.items():
-        log.warning("[rank %d] %s: rank %d (pid %d, state %s) is alive on this host but did not dump", rank,
-                    event.name, r, proc["pid"], proc["state"])
+        log.warning("[rank %d] %s: rank %d (pid %d, state %s) is alive on this host but did not dump%s", rank,
+                    event.name, r, proc["pid"], proc["state"],
+                    f"; its main thread (native stack dump) is at {proc['main_thread']}" if proc.get("main_thread") else "")
     if result.gone_ranks:
         log.warning("[rank %d] %s: the process of rank(s) %s had exited: no dump from them", rank, event.name,
                     result.gone_ranks)
@@ -143,6 +147,23 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
         result.culprit_ranks = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
         _write_collection(result)
     return result
+
+
+def _native_stacks_of(folder: Path, rank: int) -> dict[str, str]:
+    """A silent rank's faulthandler stack dump (written when its watchdog thread starved), copied
+    into the event folder; ``{"native_stacks": file name, "main_thread": "file:line in fn"}``."""
+    source = native_stacks_path(folder.parent, rank)
+    top = main_thread_top(source)
+    if top is None:
+        return {}
+    target = folder / f"{rank_prefix(rank)}.native-stacks.txt"
+    try:
+        with open(source, "rb") as handle:
+            atomic_write_bytes(target, handle.read(MAX_READ_BYTES))
+    except OSError:
+        log.warning("copying %s failed", source, exc_info=True)
+        return {"main_thread": top}
+    return {"native_stacks": target.name, "main_thread": top}
 
 
 def _write_collection(result: CollectionResult) -> None:

@@ -78,16 +78,26 @@ def _versions() -> dict[str, Any]:
     return out
 
 
-def _cuda_memory() -> dict[str, int] | None:
+def cuda_index(device: Any) -> int | None:
+    """The CUDA device index of a ``torch.device`` (a rank's root device), else None. The
+    watchdog thread reads memory with it: that thread's own current device is cuda:0."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    index = getattr(device, "index", None)
+    return int(index) if isinstance(index, int) else 0
+
+
+def _cuda_memory(device: int | None) -> dict[str, int] | None:
     try:
         import torch
 
-        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        if device is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
             return None
         return {
-            "allocated_bytes": int(torch.cuda.memory_allocated()),
-            "reserved_bytes": int(torch.cuda.memory_reserved()),
-            "max_allocated_bytes": int(torch.cuda.max_memory_allocated()),
+            "device": device,
+            "allocated_bytes": int(torch.cuda.memory_allocated(device)),
+            "reserved_bytes": int(torch.cuda.memory_reserved(device)),
+            "max_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
         }
     except Exception:  # noqa: BLE001
         return None
@@ -124,6 +134,7 @@ def write_rank_dump(
     progress: Mapping[str, Any],
     stack_traces: bool = True,
     exception: str | None = None,
+    cuda_device: int | None = None,
 ) -> list[Path]:
     """Write this rank's traces, stacks and context into ``folder``; returns the files written.
 
@@ -169,7 +180,7 @@ def write_rank_dump(
         "trace_files": trace_files,
         "stacks_file": stacks_name,
         "exception": exception,
-        "cuda_memory": _cuda_memory(),
+        "cuda_memory": _cuda_memory(cuda_device),
     }
     for key in ("stall_events", "last_stall_event"):
         if key in progress:

@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig
 from lightning_ncclx.dump.location import resolve_dump_dir
+from lightning_ncclx.dump.writer import cuda_index
 from lightning_ncclx.watchdog.heartbeat import Phase
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
 
@@ -53,10 +54,12 @@ class StallWatchdog(Callback):
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
         self.flight_recorder = flight_recorder if flight_recorder is not None else FlightRecorderConfig()
         self._runtime: WatchdogRuntime | None = None
+        self._wrapped_trainer: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_runtime"] = None  # threads, locks and store clients never cross a pickle
+        state["_wrapped_trainer"] = None
         return state
 
     @property
@@ -77,12 +80,15 @@ class StallWatchdog(Callback):
             runtime = WatchdogRuntime(self.config, self.resolved_dump_dir(trainer),
                                       stack_traces=self.flight_recorder.stack_traces)
             runtime.on_dumped = lambda reason: self._record_event(trainer, runtime, reason)
+            runtime.cuda_device = cuda_index(getattr(getattr(trainer, "strategy", None), "root_device", None))
             runtime.start()
             self._runtime = runtime
+            self._watch_checkpoints(trainer)
         except Exception:  # noqa: BLE001 - a watchdog that cannot start must not stop training
             log.warning("the stall watchdog could not start; training continues without it", exc_info=True)
 
     def _stop(self) -> None:
+        self._unwatch_checkpoints()
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             try:
@@ -91,7 +97,13 @@ class StallWatchdog(Callback):
                 log.warning("stopping the stall watchdog failed", exc_info=True)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        runtime = self._runtime
         self._stop()
+        if runtime is not None:
+            try:
+                runtime.guard_exit()
+            except Exception:  # noqa: BLE001
+                log.warning("the exit guard could not be set", exc_info=True)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         runtime = self._runtime
@@ -99,6 +111,18 @@ class StallWatchdog(Callback):
             runtime.heartbeat.beat(Phase.idle)
             runtime.on_exception(exception)
         self._stop()
+        if runtime is None:
+            self._exit_like_the_ranks(exception)
+
+    def _exit_like_the_ranks(self, exception: BaseException) -> None:
+        """In the launching process of ``ddp_spawn`` (no rank runs here): when the ranks left with
+        the watchdog's exit status, this process exits with it too, as the popen launcher's
+        does, instead of raising ``ProcessExitedException`` (which Python reports as 1)."""
+        code = getattr(exception, "exit_code", None)
+        if type(exception).__name__ != "ProcessExitedException" or code != self.config.exit_code:
+            return
+        log.error("the ranks ended with the stall watchdog's exit status %d (%s); exiting with it", code, exception)
+        raise SystemExit(code) from exception
 
     # ------------------------------------------------------------------------------ heartbeats
     def _beat(self, phase: Phase, trainer: Any) -> None:
@@ -137,7 +161,10 @@ class StallWatchdog(Callback):
         self._beat(Phase.validation, trainer)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self._beat(Phase.idle, trainer)
+        self._beat(Phase.teardown, trainer)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self._beat(Phase.teardown, trainer)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._beat(Phase.validation, trainer)
@@ -155,7 +182,7 @@ class StallWatchdog(Callback):
         if runtime is None or getattr(trainer, "sanity_checking", False):
             return
         training = bool(getattr(trainer, "training", False)) or getattr(trainer.state, "fn", None) == "fit"
-        self._beat(Phase.train_step if training and runtime.heartbeat.batches > 0 else Phase.idle, trainer)
+        self._beat(Phase.train_step if training and runtime.heartbeat.batches > 0 else Phase.teardown, trainer)
 
     def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
@@ -166,7 +193,7 @@ class StallWatchdog(Callback):
         self._beat(Phase.validation, trainer)
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
-        self._beat(Phase.idle, trainer)
+        self._beat(Phase.teardown, trainer)
 
     def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
@@ -177,11 +204,42 @@ class StallWatchdog(Callback):
         self._beat(Phase.validation, trainer)
 
     def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
-        self._beat(Phase.idle, trainer)
+        self._beat(Phase.teardown, trainer)
+
+    def _watch_checkpoints(self, trainer: Any) -> None:
+        """Wrap this Trainer's ``save_checkpoint`` (ModelCheckpoint, the user and Lightning all
+        call it): the checkpoint phase then covers building the state dicts (FSDP gathers, which
+        run before any hook and without ``on_save_checkpoint`` under ``save_weights_only``),
+        writing and the closing barrier; the phase before it resumes with a fresh heartbeat."""
+        original = getattr(trainer, "save_checkpoint", None)
+        if original is None or getattr(original, "_ncclx_watched", False):
+            return
+
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            runtime = self._runtime
+            if runtime is None:
+                return original(*args, **kwargs)
+            before = runtime.heartbeat.last.phase
+            runtime.heartbeat.beat(Phase.checkpoint, _global_step(trainer))
+            try:
+                return original(*args, **kwargs)
+            finally:
+                runtime.heartbeat.beat(before, _global_step(trainer))
+
+        save_checkpoint._ncclx_watched = True  # type: ignore[attr-defined]
+        trainer.save_checkpoint = save_checkpoint
+        self._wrapped_trainer = trainer
+
+    def _unwatch_checkpoints(self) -> None:
+        trainer, self._wrapped_trainer = self._wrapped_trainer, None
+        if trainer is not None and getattr(trainer.__dict__.get("save_checkpoint"), "_ncclx_watched", False):
+            del trainer.save_checkpoint  # the class's method again
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
-        # No "after save" hook exists: the checkpoint phase lasts until the next heartbeat.
-        self._beat(Phase.checkpoint, trainer)
+        # Inside save_checkpoint already; this also covers a Trainer whose method was not wrapped.
+        runtime = self._runtime
+        if runtime is not None and runtime.heartbeat.last.phase is not Phase.checkpoint:
+            self._beat(Phase.checkpoint, trainer)
 
     # ------------------------------------------------------------------------------ helpers
     def _batches(self) -> int:

@@ -36,8 +36,13 @@ class Phase(str, Enum):
     its first batch is fetched then, which can take far longer than a step."""
     validation = "validation"
     checkpoint = "checkpoint"
+    """From ``Trainer.save_checkpoint``'s start (state dicts built, FSDP gathers, the write, the
+    closing barrier) to its end, however it was called."""
+    teardown = "teardown"
+    """After the last batch of fit, validate, test or predict: strategy teardown, ``on_fit_end``,
+    until the watchdog stops."""
     idle = "idle"
-    """After fit, validate, test or predict, before teardown: never a stall."""
+    """After an exception, while the watchdog stops: never a stall."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,8 @@ class Heartbeat:
             return max(cfg.validation_seconds, cfg.first_step_seconds) if warming_up else cfg.validation_seconds
         if phase is Phase.checkpoint:
             return cfg.checkpoint_seconds
+        if phase is Phase.teardown:
+            return cfg.validation_seconds if cfg.teardown_seconds is None else cfg.teardown_seconds
         learned = self.auto_threshold()
         return cfg.train_step_seconds if learned is None else learned
 

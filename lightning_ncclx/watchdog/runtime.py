@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -22,14 +21,25 @@ from typing import Any, Callable
 from lightning_ncclx.config import StallAction, WatchdogConfig
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_job_store
 from lightning_ncclx.dump.liveness import this_process
+from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summarize
-from lightning_ncclx.dump.writer import host_name, write_rank_dump
-from lightning_ncclx.watchdog.heartbeat import Heartbeat
+from lightning_ncclx.dump.writer import format_stacks, host_name, write_rank_dump
+from lightning_ncclx.watchdog.activity import main_thread_phase
+from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
+from lightning_ncclx.watchdog.teardown_guard import guard_exit
+from lightning_ncclx.watchdog.triggers import FileTrigger, SignalWakeup, checks_file_trigger
 
 log = logging.getLogger(__name__)
 
 EXIT_WAIT_MARGIN_SECONDS = 60.0
 """How much longer than ``collect_timeout_seconds`` a rank waits for the summary before exiting."""
+LEAVE_WAIT_SECONDS = 5.0
+"""How long the store's host waits for every rank to say it leaves."""
+ON_DEMAND_MIN_GAP_SECONDS = 5.0
+"""A second request within this long after an on-demand dump is ignored (a signal sent to every
+rank at once is one request)."""
+PARENT_EXIT_WAIT_SECONDS = 30.0
+"""How long a rank started by another rank's process waits for that parent to exit first."""
 
 
 def _job_identity() -> tuple[int, int, Any]:
@@ -55,17 +65,23 @@ class WatchdogRuntime:
         self.coordinator = EventCoordinator(store, self.rank, self.world_size, clock=clock)
         self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
         self.stall_events = 0
+        self.on_demand_events = 0
         self.events_taken_part = 0
         self.results: list[CollectionResult] = []
+        self.cuda_device: int | None = None
+        """The rank's CUDA device index, for the memory figures in context.json."""
         self.on_dumped: Callable[[str], None] | None = None
         """Called from the watchdog thread after each dump of this rank, with the event's reason."""
         self._exit_fn = exit_fn or _hard_exit
         self._event_lock = threading.Lock()
         self._stop = threading.Event()
         self._signal_requested = False
-        self._signal_number: int | None = None
-        self._previous_handler: Any = None
+        self._wakeup = SignalWakeup(config.on_demand_signal)
+        self._native = NativeStackTimer(self.dump_dir, self.rank)
+        self._file_trigger = FileTrigger(self.dump_dir, config.on_demand_file, checker=checks_file_trigger())
         self._last_on_demand = -math.inf
+        self._on_demand_limit_logged = False
+        self._allowance_logged = -1
         self._clock = clock
         self._thread = threading.Thread(target=self._run, name=f"ncclx-watchdog-rank{self.rank}", daemon=True)
 
@@ -79,48 +95,45 @@ class WatchdogRuntime:
         except Exception:  # noqa: BLE001 - a store that cannot answer now is retried by every poll
             log.warning("[rank %d] could not read earlier dump events or register this process in the store",
                         self.rank, exc_info=True)
-        self._install_signal()
+        try:
+            self._wakeup.install()
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] could not install the %s handler", self.rank, self.config.on_demand_signal,
+                        exc_info=True)
+        if self.config.native_stacks:
+            try:
+                self._native.start()
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] the native stack timer could not start", self.rank, exc_info=True)
         self._thread.start()
         log.debug("[rank %d] stall watchdog started, dumps go to %s", self.rank, self.dump_dir)
 
     def stop(self, timeout_seconds: float | None = None) -> None:
         self._stop.set()
-        self._restore_signal()
+        self._wakeup.uninstall()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_seconds if timeout_seconds is not None else max(2.0, 4 * self.config.poll_interval_seconds))
             if self._thread.is_alive():
                 log.warning("[rank %d] watchdog thread still busy at shutdown; left behind (daemon)", self.rank)
+                return
+        self._wakeup.close()
+        try:
+            self._native.stop()
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] stopping the native stack timer failed", self.rank, exc_info=True)
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive() and not self._stop.is_set()
 
-    def _install_signal(self) -> None:
-        name = self.config.on_demand_signal
-        if name is None or threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            number = getattr(signal, name)
-            self._previous_handler = signal.signal(number, self._on_signal)
-            self._signal_number = number
-        except Exception:  # noqa: BLE001
-            log.warning("[rank %d] could not install the %s handler", self.rank, name, exc_info=True)
-
-    def _restore_signal(self) -> None:
-        if self._signal_number is None or threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            signal.signal(self._signal_number, self._previous_handler or signal.SIG_DFL)
-        except Exception:  # noqa: BLE001
-            log.debug("restoring the signal handler failed", exc_info=True)
-        self._signal_number = None
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signal_requested = True  # only a flag: the watchdog thread does the work
-
     # ------------------------------------------------------------------------------ the thread
     def _run(self) -> None:
-        while not self._stop.wait(self.config.poll_interval_seconds):
+        while not self._stop.is_set():
+            self._native.arm(self._starvation_seconds())
+            if self._wakeup.wait(self.config.poll_interval_seconds):
+                self._signal_requested = True
+            if self._stop.is_set():
+                return
             try:
                 self._tick()
             except Exception:  # noqa: BLE001 - e.g. the store went away at the end of the job
@@ -135,13 +148,14 @@ class WatchdogRuntime:
             if event is not None:
                 self._take_part(event)
                 return
+            if self._file_trigger.taken(self._clock()):
+                self._signal_requested = True
             if self._signal_requested:
                 self._signal_requested = False
-                if self._clock() - self._last_on_demand > 5.0:
-                    self._take_part(self.coordinator.propose("on_demand"))
+                self._on_demand()
                 return
             stall = self.heartbeat.check()
-            if stall is None:
+            if stall is None or self._allowed_longer(stall):
                 return
             self.heartbeat.mark_reported(stall.seq)
             log.warning("[rank %d] stall: no heartbeat for %.1f s in phase %s (threshold %.1f s, batch %d)",
@@ -153,22 +167,61 @@ class WatchdogRuntime:
                 return
             self._take_part(self.coordinator.propose("stall"))
 
+    def _starvation_seconds(self) -> float:
+        """How long this thread may go without running before its rank's stacks are written
+        natively: the current phase's threshold (a stall it would have reported by then)."""
+        threshold = self.heartbeat.threshold(self.heartbeat.last.phase)
+        return (threshold if math.isfinite(threshold) else 3600.0) + 2 * self.config.poll_interval_seconds
+
+    def _allowed_longer(self, stall: Stall) -> bool:
+        """True while the main thread is compiling or saving a checkpoint within that phase's
+        threshold (a recompile after a shape change happens at any step)."""
+        if stall.phase not in (Phase.train_step, Phase.epoch_start, Phase.validation):
+            return False
+        try:
+            phase = main_thread_phase()
+        except Exception:  # noqa: BLE001 - without the stack, the step threshold applies
+            log.warning("[rank %d] reading the main thread's stack failed", self.rank, exc_info=True)
+            return False
+        if phase is None or stall.seconds_since_heartbeat > self.heartbeat.threshold(phase):
+            return False
+        if self._allowance_logged != stall.seq:
+            self._allowance_logged = stall.seq
+            log.info("[rank %d] step over its %.1f s threshold while %s: allowing up to %.0f s", self.rank,
+                     stall.threshold_seconds, "compiling" if phase is Phase.first_step else "saving a checkpoint",
+                     self.heartbeat.threshold(phase))
+        return True
+
+    def _on_demand(self) -> None:
+        if self._clock() - self._last_on_demand <= ON_DEMAND_MIN_GAP_SECONDS:
+            log.info("[rank %d] on-demand dump asked again within %.0f s: ignored", self.rank, ON_DEMAND_MIN_GAP_SECONDS)
+            return
+        if self.on_demand_events >= self.config.max_on_demand_dumps:
+            if not self._on_demand_limit_logged:
+                log.warning("[rank %d] max_on_demand_dumps=%d reached: no more on-demand dumps in this run", self.rank,
+                            self.config.max_on_demand_dumps)
+                self._on_demand_limit_logged = True
+            return
+        self._take_part(self.coordinator.propose("on_demand"))
+
     # ------------------------------------------------------------------------------ events
     def _take_part(self, event: EventInfo, exception: str | None = None) -> CollectionResult | None:
         """Dump this rank into the event's folder; the initiator then collects and summarizes.
         Caller holds ``_event_lock``."""
         initiator = event.initiator == self.rank
-        self.heartbeat.mark_reported()  # this stall is being handled: no second alarm for it
+        self._native.disarm()
         if event.reason == "stall":
+            self.heartbeat.mark_reported()  # this stall is being handled: no second alarm for it
             self.stall_events += 1
         if event.reason == "on_demand":
             self._last_on_demand = self._clock()
+            self.on_demand_events += 1
         folder = self.dump_dir / event.name
         progress = dict(self.heartbeat.progress(), stall_events=self.stall_events)
         files = write_rank_dump(
             folder, event=event.name, reason=event.reason if initiator else "peer_request",
             initiator_rank=event.initiator, progress=progress, stack_traces=self.stack_traces,
-            exception=exception if initiator else None,
+            exception=exception if initiator else None, cuda_device=self.cuda_device,
         )
         log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", self.rank, event.name,
                     event.reason, event.initiator, len(files), folder)
@@ -191,20 +244,34 @@ class WatchdogRuntime:
                 log.warning("[rank %d] recording %s in the loggers failed", self.rank, event.name, exc_info=True)
         exit_job = event.reason in ("stall", "exception") and self.config.on_stall is StallAction.dump_and_exit
         result = None
+        exit_code = self.config.exit_code
         if initiator:
             result = self._summarize(event, folder)
             try:
-                self.coordinator.mark_done(event, exit_job)
+                self.coordinator.close(event)
             except Exception:  # noqa: BLE001
-                log.warning("[rank %d] marking %s done failed", self.rank, event.name, exc_info=True)
+                log.warning("[rank %d] clearing %s's store keys failed", self.rank, event.name, exc_info=True)
+            if exit_job:
+                exit_code = self.exit_code_for(result)
+                try:
+                    self.coordinator.mark_done(event, exit_code)
+                except Exception:  # noqa: BLE001
+                    log.warning("[rank %d] marking %s done failed", self.rank, event.name, exc_info=True)
         elif exit_job:
             try:
-                self.coordinator.wait_done(event, self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS)
+                done = self.coordinator.wait_done(event, self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS)
+                exit_code = _code_from(done, exit_code)
             except Exception:  # noqa: BLE001 - the store is gone: the initiator's host has exited
                 log.debug("waiting for the summary failed", exc_info=True)
-        if exit_job and not (initiator and event.reason == "exception"):
-            self._exit_job(event)
+        if exit_job and initiator and event.reason == "exception":
+            self._leave(event)  # the exception ends this rank's fit itself, after the others' exit
+        elif exit_job:
+            self._exit_job(event, exit_code)
         return result
+
+    def exit_code_for(self, result: CollectionResult) -> int:
+        """The exit status every rank leaves with after ``result``'s event."""
+        return self.config.exit_code
 
     def _summarize(self, event: EventInfo, folder: Path) -> CollectionResult:
         result = collect_and_summarize(
@@ -222,15 +289,43 @@ class WatchdogRuntime:
             log.warning("\n".join(f"[rank {self.rank}] {line}" for line in result.text.splitlines()))
         return result
 
-    def _exit_job(self, event: EventInfo) -> None:
-        log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name,
-                  self.config.exit_code)
-        self._stop.set()
+    def _leave(self, event: EventInfo) -> None:
+        """Leave in an order every launcher reports as our exit status, not as a kill: the store's
+        host (rank 0) waits for every rank to say it leaves; a rank started by another rank's
+        process (Lightning's popen launcher) waits until that parent has exited, because the
+        parent SIGKILLs itself and every other rank as soon as it sees a child exit."""
+        parent = None
         try:
-            self.coordinator.leaving(event, timeout_seconds=5.0)
+            parent = self.coordinator.launcher_parent()
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] could not tell whether another rank started this process", self.rank,
+                        exc_info=True)
+        try:
+            self.coordinator.leaving(event, timeout_seconds=LEAVE_WAIT_SECONDS)
         except Exception:  # noqa: BLE001 - the store's host is already gone
             log.debug("announcing the exit failed", exc_info=True)
-        self._exit_fn(self.config.exit_code)
+        if parent is not None and not _wait_for_reparenting(parent.pid, PARENT_EXIT_WAIT_SECONDS):
+            log.warning("[rank %d] the launching process (rank %d, pid %d) is still there after %.0f s; exiting "
+                        "anyway", self.rank, parent.rank, parent.pid, PARENT_EXIT_WAIT_SECONDS)
+
+    def _exit_job(self, event: EventInfo, exit_code: int) -> None:
+        log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name, exit_code)
+        self._stop.set()
+        self._leave(event)
+        self._exit_fn(exit_code)
+
+    def guard_exit(self) -> None:
+        """After the watchdog stopped at the end of a run: bound the process's exit (see
+        :mod:`teardown_guard`). A rank started by another rank's process gets a margin, so the
+        launching rank's exit status is the one reported."""
+        seconds = self.heartbeat.threshold(Phase.teardown)
+        try:
+            if self.coordinator.launcher_parent() is not None:
+                seconds += 2 * LEAVE_WAIT_SECONDS
+        except Exception:  # noqa: BLE001
+            log.debug("launcher parent lookup failed", exc_info=True)
+        code = self.config.exit_code if self.config.on_stall is StallAction.dump_and_exit else None
+        guard_exit(self.dump_dir, self.rank, seconds, code, format_stacks, self._exit_fn)
 
     def on_exception(self, exception: BaseException) -> None:
         """Main thread, from ``on_exception``: dump this rank and ask the others; never raises."""
@@ -253,6 +348,25 @@ class WatchdogRuntime:
             log.warning("[rank %d] the exception dump failed", self.rank, exc_info=True)
         finally:
             self._event_lock.release()
+
+
+def _code_from(done: dict | None, default: int) -> int:
+    try:
+        code = int((done or {}).get("code", default))
+    except (TypeError, ValueError):
+        return default
+    return code if 1 <= code <= 255 else default
+
+
+def _wait_for_reparenting(parent_pid: int, timeout_seconds: float, poll_seconds: float = 0.05) -> bool:
+    """True once this process's parent is no longer ``parent_pid`` (it exited: the kernel gives
+    its children to init or a subreaper at once, before it is reaped)."""
+    deadline = time.monotonic() + timeout_seconds
+    while os.getppid() == parent_pid:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_seconds)
+    return True
 
 
 def _hard_exit(code: int) -> None:

@@ -6,18 +6,16 @@ killed in a ``finally``, so a test that fails or times out leaves no rank behind
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import Any, Callable
 
 from support import contexts  # noqa: F401 - shared with the other multi-process tests
 
@@ -33,19 +31,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def ncclx_strategy_available() -> bool:
-    try:
-        module = importlib.import_module("lightning_ncclx.strategies")
-        return hasattr(module, "DDPNcclxStrategy") and module.DDPNcclxStrategy is not None
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def default_strategy() -> str:
-    """``ddp_ncclx`` (watchdog attached by the strategy) once it exists, else stock ``ddp``."""
-    return "ddp_ncclx" if ncclx_strategy_available() else "ddp"
-
-
 @dataclass
 class JobResult:
     returncode: int | None
@@ -59,7 +44,27 @@ class JobResult:
         return sorted(found)
 
 
-def run_job(tmp_path: Path, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) -> JobResult:
+@dataclass
+class RunningJob:
+    """A job started with :func:`start_job`; :meth:`stop` kills every rank."""
+
+    proc: subprocess.Popen
+    dump_dir: Path
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # every rank: the launcher's children share the session
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def start_job(tmp_path: Path, *args: str) -> RunningJob:
+    """Start the job under Lightning's own launcher (this process runs rank 0, its children the rest)."""
     dump_dir = tmp_path / "dumps"
     env = dict(os.environ)
     for key in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "LIGHTNING_NCCLX_RUN_ID"):
@@ -70,17 +75,29 @@ def run_job(tmp_path: Path, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) ->
     log_path = tmp_path / "job.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # every rank: the launcher's children share the session
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    return JobResult(code, log_path.read_text(errors="replace"), dump_dir)
+    return RunningJob(proc, dump_dir, log_path)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` until it holds; False after ``seconds`` (a bound, so a failure fails
+    instead of hanging)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def run_job(tmp_path: Path, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) -> JobResult:
+    job = start_job(tmp_path, *args)
+    try:
+        code: int | None = job.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        job.stop()
+    return JobResult(code, job.log(), job.dump_dir)
 
 
 
@@ -128,19 +145,8 @@ def assert_every_rank_dumped(folder: Path, world_size: int, log: str = "") -> di
     return found
 
 
-def analyzer_available() -> bool:
-    try:
-        from lightning_ncclx.analysis import analyze_folder  # noqa: F401
-        from lightning_ncclx.report import render_text, write_reports  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
-
-
 def assert_culprit(folder: Path, rank: int, log: str = "") -> dict[str, Any]:
-    """summary.json names ``rank`` as the culprit (xfail while the analyzer is not there yet)."""
-    if not analyzer_available():
-        pytest.xfail("lightning_ncclx.analysis / lightning_ncclx.report not importable yet")
+    """summary.json names ``rank`` as the culprit (a missing summary fails: the analyzer must run)."""
     path = folder / "summary.json"
     assert path.is_file(), f"no summary.json in {folder}\n{log[-4000:]}"
     summary = json.loads(path.read_text())

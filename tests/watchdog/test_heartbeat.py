@@ -166,3 +166,17 @@ def test_a_later_epochs_start_waits_with_the_validation_threshold_not_the_learne
     clock.advance(31.0)
     stall = hb.check()
     assert stall is not None and stall.phase is Phase.epoch_start and stall.threshold_seconds == 50.0
+
+
+def test_teardown_has_its_own_threshold() -> None:
+    clock = [0.0]
+    hb = Heartbeat(WatchdogConfig(teardown_seconds=42.0, auto={"enabled": False}), clock=lambda: clock[0])
+    hb.train_batch_start()
+    hb.train_batch_end()
+    hb.beat(Phase.teardown)
+    assert hb.threshold(Phase.teardown) == 42.0
+    clock[0] += 41.0
+    assert hb.check() is None
+    clock[0] += 2.0
+    stall = hb.check()
+    assert stall is not None and stall.phase is Phase.teardown

@@ -7,7 +7,10 @@ import json
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -77,21 +80,113 @@ def test_keyboard_interrupt_is_not_an_exception_dump(tmp_path: Path) -> None:
     assert not (tmp_path / "dumps").exists()
 
 
-def test_sigusr2_sets_a_flag_and_the_thread_dumps(tmp_path: Path) -> None:
-    previous = signal.getsignal(signal.SIGUSR2)
+def _wait_for(path: Path, seconds: float = 60.0) -> bool:
+    """Poll for ``path`` (a bound so a broken trigger fails instead of hanging the suite)."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_sigusr2_reaches_the_watchdog_thread_and_chains_the_users_handler(tmp_path: Path) -> None:
+    calls: list[int] = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
     runtime, clock, exits = make_runtime(tmp_path, poll_interval_seconds=5.0)
-    runtime.start()
     try:
-        assert signal.getsignal(signal.SIGUSR2) == runtime._on_signal
+        runtime.start()
+        assert signal.getsignal(signal.SIGUSR2) != previous
         os.kill(os.getpid(), signal.SIGUSR2)
-        assert runtime._signal_requested
-        runtime._tick()  # what the thread does at its next poll
+        context = tmp_path / "dumps" / "ondemand-001" / "rank_00000.context.json"
+        assert _wait_for(context), "the watchdog thread never dumped"
     finally:
         runtime.stop()
-    assert signal.getsignal(signal.SIGUSR2) == previous
+        user_handler = signal.signal(signal.SIGUSR2, previous)
+    assert calls == [signal.SIGUSR2]  # the user's handler still ran, once
+    assert user_handler is not runtime._wakeup._handler  # and is back in place after stop
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd is given back
     assert not runtime._thread.is_alive()
-    ctx = json.loads((tmp_path / "dumps" / "ondemand-001" / "rank_00000.context.json").read_text())
+    ctx = json.loads(context.read_text())
     assert ctx["reason"] == "on_demand" and exits == []
+
+
+BLOCKED_MAIN_THREAD = """
+import ctypes, sys
+from pathlib import Path
+from lightning_ncclx.config import WatchdogConfig
+from lightning_ncclx.watchdog.runtime import WatchdogRuntime
+
+runtime = WatchdogRuntime(WatchdogConfig(poll_interval_seconds=5.0), Path(sys.argv[1]))
+runtime.start()
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
+libc.pthread_mutex_lock(mutex)
+Path(sys.argv[2]).write_text("blocked")
+libc.pthread_mutex_lock(mutex)  # relock: blocks forever in C, no signal ends it, no Python runs
+"""
+
+
+def test_sigusr2_dumps_while_the_main_thread_is_blocked_in_native_code(tmp_path: Path) -> None:
+    """The main thread never runs Python again (as in a hung collective): the dump still comes."""
+    from support import clean_env, kill_session
+
+    marker = tmp_path / "blocked"
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED_MAIN_THREAD, str(tmp_path / "dumps"), str(marker)],
+                            env=clean_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert _wait_for(marker), proc.communicate(timeout=5)[0] if proc.poll() is not None else "never blocked"
+        os.kill(proc.pid, signal.SIGUSR2)
+        assert _wait_for(tmp_path / "dumps" / "ondemand-001" / "rank_00000.context.json"), "no dump while blocked"
+        assert proc.poll() is None  # the job goes on (blocked, as it was)
+    finally:
+        kill_session(proc)
+        proc.wait()
+
+
+def test_dump_now_file_triggers_an_on_demand_dump(tmp_path: Path) -> None:
+    runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump)
+    runtime.heartbeat.beat(Phase.idle)
+    (tmp_path / "dumps").mkdir()
+    (tmp_path / "dumps" / "DUMP_NOW").touch()
+    runtime._tick()
+    assert (tmp_path / "dumps" / "ondemand-001" / "rank_00000.context.json").is_file()
+    assert not (tmp_path / "dumps" / "DUMP_NOW").exists()  # taken: it does not fire again
+    clock.now += 10.0
+    runtime._tick()
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["ondemand-001"]
+
+
+def test_on_demand_dumps_are_bounded(tmp_path: Path) -> None:
+    runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump, max_on_demand_dumps=2)
+    runtime.heartbeat.beat(Phase.idle)
+    for _ in range(4):
+        runtime._signal_requested = True
+        runtime._tick()
+        clock.now += 10.0
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["ondemand-001", "ondemand-002"]
+
+
+def test_a_stall_after_an_on_demand_dump_is_still_reported(tmp_path: Path) -> None:
+    runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump)
+    runtime.heartbeat.train_batch_start()
+    clock.now += 1.0
+    runtime._signal_requested = True
+    runtime._tick()  # on-demand dump in the middle of the step
+    clock.now += 5.0  # the same step, now 6 s old: over the 5 s threshold
+    runtime._tick()
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["ondemand-001", "stall-002"]
+
+
+def test_event_keys_are_deleted_from_the_store_after_the_summary(tmp_path: Path) -> None:
+    runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump)
+    runtime._signal_requested = True
+    runtime._tick()
+    store = runtime.coordinator.store
+    left = [k for k in ("ev/1/dumped", "ev/1/gone", "ev/1/rank/0", "ev/1/blob/0", "ev/1/done", "ev/1/leaving")
+            if store.check([k])]
+    assert left == []
+    assert json.loads(store.get("ev/1/meta"))["closed"] is True
 
 
 def test_idle_phase_never_dumps(tmp_path: Path) -> None:
@@ -171,3 +266,28 @@ def test_an_earlier_runs_event_folder_is_not_reused(tmp_path: Path) -> None:
     names = sorted(p.name for p in (tmp_path / "dumps").iterdir())
     assert len(names) == 2 and names[1].startswith("stall-001-")
     assert not list((tmp_path / "dumps" / "stall-001").iterdir())
+
+
+def test_a_step_that_is_compiling_gets_the_first_step_threshold(tmp_path: Path) -> None:
+    """A recompile after a shape change can come at any step: while the main thread's stack is
+    in torch's compiler, the step gets first_step_seconds (20 s) instead of 5 s."""
+    runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump, first_step_seconds=20.0)
+    runtime.heartbeat.train_batch_start()
+    runtime.heartbeat.train_batch_end()
+    runtime.heartbeat.train_batch_start()  # the second step: train_step phase, 5 s threshold
+    tick_while_compiling = compile("runtime._tick()", "/site-packages/torch/_dynamo/convert_frame.py", "exec")
+    clock.now += 6.0
+    exec(tick_while_compiling, {"runtime": runtime})
+    assert not (tmp_path / "dumps").exists()
+    runtime._tick()  # the same 6 s step, not compiling: a stall
+    assert [p.name for p in (tmp_path / "dumps").iterdir()] == ["stall-001"]
+
+
+def test_a_compile_longer_than_first_step_seconds_is_a_stall(tmp_path: Path) -> None:
+    runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump, first_step_seconds=20.0)
+    runtime.heartbeat.train_batch_start()
+    runtime.heartbeat.train_batch_end()
+    runtime.heartbeat.train_batch_start()
+    clock.now += 21.0
+    exec(compile("runtime._tick()", "/site-packages/torch/_inductor/compile_fx.py", "exec"), {"runtime": runtime})
+    assert [p.name for p in (tmp_path / "dumps").iterdir()] == ["stall-001"]

@@ -4,17 +4,22 @@ event folder and the summary names the culprit. Outcomes only, never durations."
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from support import contexts
 from watchdog.harness import (
     STALL_EXIT_CODE,
     assert_culprit,
     assert_every_rank_dumped,
-    default_strategy,
     run_job,
     run_ranks_by_hand,
+    start_job,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -38,7 +43,7 @@ def _one_stall(result) -> Path:
     ],
 )
 def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: int) -> None:
-    result = run_job(tmp_path, "--fault", fault, "--fault-rank", str(culprit), "--strategy", default_strategy())
+    result = run_job(tmp_path, "--fault", fault, "--fault-rank", str(culprit), "--strategy", "ddp_ncclx")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
     folder = _one_stall(result)
     found = assert_every_rank_dumped(folder, WORLD, result.log)
@@ -52,7 +57,7 @@ def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: i
 
 
 def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
-    result = run_job(tmp_path, "--fault", "stuck_epoch_end", "--fault-rank", "1", "--strategy", default_strategy())
+    result = run_job(tmp_path, "--fault", "stuck_epoch_end", "--fault-rank", "1", "--strategy", "ddp_ncclx")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
     folder = _one_stall(result)
     found = assert_every_rank_dumped(folder, WORLD, result.log)
@@ -62,7 +67,7 @@ def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
 
 def test_stall_is_recorded_in_the_trainers_logger(tmp_path: Path) -> None:
     """Recorded by rank 0's watchdog thread while its main thread is stuck, before the exit."""
-    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", default_strategy(), "--csv-logger")
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", "ddp_ncclx", "--csv-logger")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
     metrics = list(tmp_path.rglob("metrics.csv"))
     assert len(metrics) == 1, f"expected rank 0's metrics.csv, found {metrics}"
@@ -95,7 +100,7 @@ def test_noticing_rank_other_than_rank_zero_initiates_and_summarizes(tmp_path: P
 
 
 def test_raising_rank_dumps_itself_and_asks_the_others(tmp_path: Path) -> None:
-    result = run_job(tmp_path, "--fault", "raise", "--fault-rank", "1", "--strategy", default_strategy())
+    result = run_job(tmp_path, "--fault", "raise", "--fault-rank", "1", "--strategy", "ddp_ncclx")
     assert result.returncode not in (0, None), result.log[-4000:]
     events = result.events("exception-")
     assert [e.name for e in events] == ["exception-rank1-001"], f"{events}\n{result.log[-4000:]}"
@@ -122,7 +127,7 @@ def test_slow_but_healthy_run_raises_no_alarm(tmp_path: Path) -> None:
     batch (its loader starting) each longer than train_step_seconds, two epochs: no dump, and the
     job ends normally."""
     result = run_job(tmp_path, "--fault", "healthy_slow", "--batches", "4", "--epochs", "2",
-                     "--strategy", default_strategy())
+                     "--strategy", "ddp_ncclx")
     assert result.returncode == 0, result.log[-4000:]
     assert result.events() == [], result.log[-4000:]
     assert "stall:" not in result.log
@@ -131,8 +136,10 @@ def test_slow_but_healthy_run_raises_no_alarm(tmp_path: Path) -> None:
 
 def test_sigusr2_dumps_every_rank_and_training_continues(tmp_path: Path) -> None:
     result = run_job(tmp_path, "--fault", "signal", "--fault-rank", "0", "--batches", "12",
-                     "--on-stall", "dump", "--strategy", "ddp", "--then-validate")
+                     "--on-stall", "dump", "--strategy", "ddp", "--then-validate", "--report-store-keys")
     assert result.returncode == 0, result.log[-4000:]
+    store_line = next(line for line in result.log.splitlines() if line.startswith("STORE_KEYS_LEFT "))
+    assert json.loads(store_line.split(" ", 1)[1]) == {"left": [], "meta": True}, store_line
     events = result.events()
     assert [e.name for e in events] == ["ondemand-001"], f"{events}\n{result.log[-4000:]}"
     # trainer.validate after fit starts a new watchdog on the same store: the old event is not
@@ -176,3 +183,73 @@ def test_a_rank_alive_but_unable_to_dump_is_named_with_its_process_state(tmp_pat
     assert summary["verdict"] == "dump_missing"
     state = summary["findings"][0]["culprit_states"][0]
     assert state["state"] == "no_answer" and "stopped" in state["detail"], state
+
+
+def test_sigusr2_while_every_rank_is_blocked_dumps_every_rank(tmp_path: Path) -> None:
+    """Rank 1 sleeps in training_step; ranks 0 and 2 wait in a gloo all_reduce (no stall alarm:
+    60 s threshold). ``kill -USR2`` to rank 0, whose main thread is inside the collective: every
+    rank dumps, long before the collective could time out (120 s)."""
+    marker = tmp_path / "blocked"
+    job = start_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "1", "--strategy", "ddp_ncclx",
+                    "--on-stall", "dump", "--no-auto", "--train-step-seconds", "60", "--marker", str(marker))
+    try:
+        assert wait_for(lambda: marker.exists(), 90), job.log()[-4000:]
+        time.sleep(1.0)  # ranks 0 and 2 are in the all_reduce by now
+        os.kill(job.proc.pid, signal.SIGUSR2)  # rank 0 runs in the launching process
+        folder = job.dump_dir / "ondemand-001"
+        assert wait_for(lambda: len(contexts(folder)) == WORLD, 60), job.log()[-4000:]
+        assert wait_for(lambda: (folder / "summary.json").is_file(), 60), job.log()[-4000:]
+    finally:
+        job.stop()
+    found = assert_every_rank_dumped(folder, WORLD)
+    assert found[0]["reason"] == "on_demand"
+    assert "stall:" not in job.log()
+
+
+def test_a_stall_after_an_on_demand_dump_is_still_caught(tmp_path: Path) -> None:
+    """Rank 1 asks for an on-demand dump, then stays stuck in the same step: the on-demand event
+    does not switch off the stall clock of that step."""
+    result = run_job(tmp_path, "--fault", "signal_then_stuck", "--fault-rank", "1", "--strategy", "ddp_ncclx")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    assert [e.name for e in result.events()] == ["ondemand-001", "stall-002"], result.log[-4000:]
+    assert_culprit(result.events()[1], 1, result.log)
+
+
+@pytest.mark.parametrize(("strategy", "weights_only"), [("ddp_ncclx", True), ("ddp_ncclx", False), ("fsdp_ncclx", True)])
+def test_slow_checkpoint_building_is_not_a_stall(tmp_path: Path, strategy: str, weights_only: bool) -> None:
+    """ModelCheckpoint(every_n_train_steps=3) on a model whose state_dict() takes 4.5 s (the
+    learned step threshold is 2 s): Lightning builds the checkpoint before any hook runs, and
+    with save_weights_only no on_save_checkpoint is called at all. No event, normal exit."""
+    args = ["--fault", "slow_state_dict", "--batches", "7", "--strategy", strategy]
+    result = run_job(tmp_path, *args, *(["--save-weights-only"] if weights_only else []))
+    assert result.returncode == 0, result.log[-4000:]
+    assert result.events() == [], result.log[-4000:]
+    assert "stall:" not in result.log
+    assert len(list((result.dump_dir / "ckpt").glob("*.ckpt"))) == 2, "both checkpoints were written"
+
+
+def test_a_rank_holding_the_gil_is_named_with_its_native_stack(tmp_path: Path) -> None:
+    """Rank 2's main thread holds the GIL in native code (a regex), so its watchdog thread never
+    runs and it never dumps; faulthandler's own thread writes its stacks after the threshold,
+    and the summarizing rank on the same host reports where its main thread is."""
+    result = run_job(tmp_path, "--fault", "hold_gil", "--fault-rank", "2", "--strategy", "ddp_ncclx")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-6000:]
+    folder = _one_stall(result)
+    collection = json.loads((folder / "collection.json").read_text())
+    assert collection["missing_ranks"] == [2], collection
+    silent = collection["silent_ranks"]["2"]
+    assert silent["state"] == "R", silent
+    assert silent["main_thread"].endswith("in training_step"), silent
+    assert (folder / silent["native_stacks"]).is_file()
+    summary = assert_culprit(folder, 2, result.log)
+    assert summary["verdict"] == "dump_missing"
+
+
+def test_a_hang_at_exit_is_dumped_and_ended(tmp_path: Path) -> None:
+    """A healthy fit whose processes then hang at exit (as destroy_process_group can): after
+    teardown_seconds (validation_seconds, 10 s here) each rank writes its stacks and exits 75."""
+    result = run_job(tmp_path, "--fault", "hang_at_exit", "--strategy", "ddp_ncclx")
+    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    assert result.events() == [] and "stall:" not in result.log, result.log[-4000:]
+    stacks = (result.dump_dir / "teardown-rank0.stacks.txt").read_text()
+    assert "ncclx-exit-guard" in stacks

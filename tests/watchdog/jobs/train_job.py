@@ -6,19 +6,23 @@ Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
 
 Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
 (skips an all_reduce on a sub-group), ``other_collective`` (all_gather where the others
-all_reduce), ``stuck_train`` (sleeps in training_step), ``stuck_loader`` (sleeps in the dataset),
+all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
+sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
-itself), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
+itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
-expected).
+expected), ``slow_state_dict`` (every 3 steps a checkpoint whose ``state_dict()`` takes 4.5 s, as
+gathering a big model does, before any checkpoint hook runs: no alarm expected).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -56,6 +60,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--no-gather", action="store_true")
     p.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --dump-dir/logs")
     p.add_argument("--then-validate", action="store_true", help="run trainer.validate after fit (same process group)")
+    p.add_argument("--no-auto", action="store_true", help="no learned step threshold: train_step_seconds only")
+    p.add_argument("--save-weights-only", action="store_true", help="with slow_state_dict")
+    p.add_argument("--marker", default=None, help="the faulty rank writes this file when the fault starts")
+    p.add_argument("--report-store-keys", action="store_true",
+                   help="rank 0 prints which keys of event 1 are left in the store after fit")
     return p.parse_args()
 
 
@@ -97,12 +106,19 @@ class Model(LightningModule):
         faulty = r == a.fault_rank and batch_idx == a.at_batch
         if a.fault == "healthy_slow":
             time.sleep(4.0 if self.global_step == 0 else 0.4 * (batch_idx % 3))
+        if faulty and a.marker:
+            open(a.marker, "w").close()
         if faulty and a.fault == "stuck_train":
+            time.sleep(FOREVER)
+        if faulty and a.fault == "signal_then_stuck":  # an on-demand dump, then a real stall in the same step
+            os.kill(os.getpid(), signal.SIGUSR2)
             time.sleep(FOREVER)
         if faulty and a.fault == "signal":
             os.kill(os.getpid(), signal.SIGUSR2)  # as `kill -USR2 <pid>` would
         if a.fault == "signal" and batch_idx > a.at_batch:
             time.sleep(0.5)  # let the on-demand event finish while training goes on
+        if faulty and a.fault == "hold_gil":  # native code that never releases the GIL: no Python thread runs
+            re.match(r"(a+)+$", "a" * 64 + "b")
         if faulty and a.fault == "freeze":
             os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, the watchdog's too: alive, silent
         if faulty and a.fault == "die":
@@ -136,12 +152,21 @@ class Model(LightningModule):
         if self.args.fault == "healthy_slow":
             time.sleep(4.5)  # longer than train_step_seconds, shorter than checkpoint_seconds
 
+    def state_dict(self, *args, **kwargs):
+        if self.args.fault == "slow_state_dict" and self.trainer.training:
+            time.sleep(4.5)  # a big model being gathered: longer than the 2-3 s step threshold
+        return super().state_dict(*args, **kwargs)
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 def main() -> int:
     args = parse()
+    if args.fault == "hang_at_exit":  # registered before Lightning's: runs after them, as a hung destroy would
+        import atexit
+
+        atexit.register(time.sleep, FOREVER)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     step = args.train_step_seconds
@@ -151,16 +176,17 @@ def main() -> int:
         poll_interval_seconds=0.2, first_step_seconds=max(10.0, step), train_step_seconds=step,
         validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
-        auto=AutoThresholdConfig(enabled=True, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
+        auto=AutoThresholdConfig(enabled=not args.no_auto, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
     )
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
     callbacks = []
-    if args.strategy == "ddp_ncclx":
+    if args.strategy in ("ddp_ncclx", "fsdp_ncclx"):
         import lightning_ncclx  # noqa: F401 - registers the strategy names
         from lightning_ncclx.config import FlightRecorderConfig, NcclxConfig, TimeoutConfig
-        from lightning_ncclx.strategies import DDPNcclxStrategy
+        from lightning_ncclx.strategies import DDPNcclxStrategy, FSDPNcclxStrategy
 
-        strategy = DDPNcclxStrategy(ncclx=NcclxConfig(
+        strategy_class = DDPNcclxStrategy if args.strategy == "ddp_ncclx" else FSDPNcclxStrategy
+        strategy = strategy_class(ncclx=NcclxConfig(
             backend="gloo", watchdog=cfg, flight_recorder=FlightRecorderConfig(dump_dir=dump_dir),
             timeouts=TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0)))
     else:
@@ -170,12 +196,15 @@ def main() -> int:
         callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))
     if args.fault == "healthy_slow":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
+    if args.fault == "slow_state_dict":
+        callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=-1, monitor=None,
+                                         every_n_train_steps=3, save_weights_only=args.save_weights_only))
     trainer = Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs,
         limit_train_batches=args.batches, limit_val_batches=2, num_sanity_val_steps=1,
         callbacks=callbacks, enable_progress_bar=False,
         logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
-        enable_checkpointing=args.fault == "healthy_slow", default_root_dir=args.root_dir or args.dump_dir,
+        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict"), default_root_dir=args.root_dir or args.dump_dir,
     )
     loader = DataLoader(Data(args, 64), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)
@@ -183,7 +212,19 @@ def main() -> int:
     trainer.fit(model, loader, val)
     if args.then_validate:
         trainer.validate(model, val)
+    if args.report_store_keys and trainer.global_rank == 0:
+        report_store_keys(trainer.world_size)
     return 0
+
+
+def report_store_keys(world: int) -> None:
+    from lightning_ncclx.dump.coordinator import open_job_store
+
+    store = open_job_store()
+    names = ["ev/1/dumped", "ev/1/gone", "ev/1/done", "ev/1/leaving"]
+    names += [f"ev/1/{kind}/{r}" for r in range(world) for kind in ("rank", "blob")]
+    left = [name for name in names if store.check([name])]
+    print("STORE_KEYS_LEFT " + json.dumps({"left": left, "meta": store.check(["ev/1/meta"])}), flush=True)
 
 
 if __name__ == "__main__":
