@@ -93,8 +93,8 @@ def _watchdog_within(owner: str, watchdog: WatchdogConfig, timeouts: TimeoutConf
     defaults = {f.name: getattr(WatchdogConfig(), f.name) for f in fields(WatchdogConfig)}
     lowered: dict[str, Any] = {}
     for threshold, phase in _RACES.items():
-        value, limit = getattr(watchdog, threshold), getattr(timeouts, phase)
-        if value >= limit and value == defaults[threshold]:
+        value, limit = getattr(watchdog, threshold, None), getattr(timeouts, phase)
+        if value is not None and value >= limit and value == defaults[threshold]:
             lowered[threshold] = limit / 2
     if not lowered:
         return watchdog

@@ -97,7 +97,10 @@ class NcclxStrategyMixin:
 
     def teardown(self) -> None:
         super().teardown()  # type: ignore[misc]
-        self._ncclx_scope.close()
+        from lightning_ncclx.strategies.scope_closer import closes_after_callbacks
+
+        if not closes_after_callbacks(self._ncclx_trainer(), self):
+            self._ncclx_scope.close()
 
     def _get_process_group_backend(self) -> str:
         return self._ncclx_backend or self._ncclx_resolve_backend()
@@ -198,6 +201,11 @@ class NcclxStrategyMixin:
         )
         if self.attaches_watchdog and self.ncclx.watchdog.enabled:
             self._ncclx_attach_watchdog()
+        trainer = self._ncclx_trainer()
+        if trainer is not None:
+            from lightning_ncclx.strategies.scope_closer import attach_closer
+
+            attach_closer(trainer, self)  # after the watchdog: it closes the scope once the watchdog stopped
 
     def _ncclx_attach_watchdog(self) -> None:
         from lightning_ncclx.strategies.callbacks import attach_default_watchdog
