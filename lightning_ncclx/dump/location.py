@@ -47,10 +47,12 @@ def resolve_dump_dir(
     configured: str | os.PathLike[str] | None,
     default_root_dir: str | os.PathLike[str] | None,
     run_id: str | None = None,
+    trainer_number: int = 1,
 ) -> Path:
     """The run's dump folder: the configured one, else Hydra's output folder, else
     ``<default_root_dir>/ncclx_dumps/<run id>`` (``<default_root_dir>/ncclx_dumps`` with no run id).
-    ``run_id`` defaults to the launcher's (:func:`run_id_from_environment`).
+    ``run_id`` defaults to the launcher's (:func:`run_id_from_environment`). Under Hydra the n-th
+    Trainer (n >= 2) of the job gets ``ncclx_dumps-<n>``, so two Trainers never share a folder.
 
     ``$VARIABLES`` and ``~`` in a configured folder are expanded in each rank's own environment,
     so one setting such as ``'$TMPDIR/ncclx/$SLURM_JOB_ID'`` gives every node its local folder."""
@@ -58,7 +60,8 @@ def resolve_dump_dir(
         return Path(os.path.expandvars(os.path.expanduser(str(configured)))).absolute()
     hydra_dir = hydra_output_dir()
     if hydra_dir is not None:
-        return (hydra_dir / DUMPS_FOLDER_NAME).absolute()
+        name = DUMPS_FOLDER_NAME if trainer_number <= 1 else f"{DUMPS_FOLDER_NAME}-{trainer_number}"
+        return (hydra_dir / name).absolute()
     root = Path(default_root_dir) if default_root_dir is not None else Path.cwd()
     run_id = run_id or run_id_from_environment()
     folder = root / DUMPS_FOLDER_NAME

@@ -28,7 +28,7 @@ from lightning_ncclx.backend.timeouts import TimeoutSchedule, apply_timeout_to_a
 from lightning_ncclx.config import NcclxConfig, ncclx_config_from
 from lightning_ncclx.dump.location import RUN_ID_VARIABLE, resolve_dump_dir, torch_dump_prefix
 from lightning_ncclx.strategies.arguments import fold_lightning_arguments
-from lightning_ncclx.strategies.run_scope import RunScope, exported, next_run_id
+from lightning_ncclx.strategies.run_scope import RunScope, exported, next_trainer
 
 from lightning_ncclx.log_setup import ensure_visible_logging
 
@@ -58,6 +58,7 @@ class NcclxStrategyMixin:
     _ncclx_dump_dir: Path | None
     _ncclx_schedule: TimeoutSchedule | None
     _ncclx_run_id: str | None
+    _ncclx_trainer_number: int
     _ncclx_scope: RunScope
 
     def __init__(
@@ -122,6 +123,7 @@ class NcclxStrategyMixin:
         self._ncclx_dump_dir = None
         self._ncclx_schedule = None
         self._ncclx_run_id = None
+        self._ncclx_trainer_number = 1
         self._ncclx_scope = RunScope()
 
     # ----------------------------------------------------------------- before the process group
@@ -152,7 +154,7 @@ class NcclxStrategyMixin:
                 probe.make_writable_folder(resolve_dump_dir(configured, None), "ncclx.flight_recorder.dump_dir")
             finally:
                 probe.close()  # each rank makes it again in setup_environment
-        self._ncclx_run_id = next_run_id()
+        self._ncclx_run_id, self._ncclx_trainer_number = next_trainer()
 
     def _ncclx_hand_run_id_to_children(self) -> None:
         """Script launchers (``ddp``/popen) start children that re-run the script: they read this
@@ -180,10 +182,10 @@ class NcclxStrategyMixin:
         self._ncclx_backend = self._ncclx_resolve_backend()
         self._process_group_backend = self._ncclx_backend  # type: ignore[attr-defined]
         if self._ncclx_run_id is None:  # set up without a launcher (Fabric's or a test's own calls)
-            self._ncclx_run_id = next_run_id()
+            self._ncclx_run_id, self._ncclx_trainer_number = next_trainer()
         recorder = self.ncclx.flight_recorder
         root = getattr(self._ncclx_trainer(), "default_root_dir", None)
-        dump_dir = resolve_dump_dir(recorder.dump_dir, root, self._ncclx_run_id)
+        dump_dir = resolve_dump_dir(recorder.dump_dir, root, self._ncclx_run_id, self._ncclx_trainer_number)
         prefix = torch_dump_prefix(dump_dir, recorder.torch_dump_prefix)
         # torch writes its own timeout dumps there without creating folders; teardown removes
         # whatever stayed empty.

@@ -29,14 +29,21 @@ def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def next_run_id() -> str:
-    """The run id of the next Trainer in this process, the same on every rank of the job."""
+def next_trainer() -> tuple[str, int]:
+    """The run id and number (1, 2, ...) of the next Trainer in this process, the same on every
+    rank of the job."""
     global _base_run_id, _trainers_in_process
     base = run_id_from_environment() or _base_run_id or new_run_id()
     if base != _base_run_id:
         _base_run_id, _trainers_in_process = base, 0
     _trainers_in_process += 1
-    return base if _trainers_in_process == 1 else f"{base}-{_trainers_in_process}"
+    number = _trainers_in_process
+    return (base if number == 1 else f"{base}-{number}"), number
+
+
+def next_run_id() -> str:
+    """The run id of the next Trainer in this process (see :func:`next_trainer`)."""
+    return next_trainer()[0]
 
 
 @contextmanager

@@ -36,3 +36,11 @@ def test_default_folder_is_per_run_under_the_root(monkeypatch: pytest.MonkeyPatc
     folder = resolve_dump_dir(None, tmp_path)
     assert folder == tmp_path / "ncclx_dumps" / "run-1"
     assert torch_dump_prefix(folder, "nccl_trace_rank_") == folder / "torch" / "nccl_trace_rank_"
+
+
+def test_under_hydra_a_later_trainer_gets_a_folder_of_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from lightning_ncclx.dump import location
+
+    monkeypatch.setattr(location, "hydra_output_dir", lambda: tmp_path)
+    assert resolve_dump_dir(None, "/ignored", "run-1") == tmp_path / "ncclx_dumps"
+    assert resolve_dump_dir(None, "/ignored", "run-1-2", trainer_number=2) == tmp_path / "ncclx_dumps-2"
