@@ -98,10 +98,13 @@ class NcclxStrategyMixin:
 
     def teardown(self) -> None:
         super().teardown()  # type: ignore[misc]
-        from lightning_ncclx.strategies.scope_closer import closes_after_callbacks
+        trainer = self._ncclx_trainer()
+        if trainer is not None:  # not under Fabric: no lightning.pytorch import there
+            from lightning_ncclx.strategies.scope_closer import closes_after_callbacks
 
-        if not closes_after_callbacks(self._ncclx_trainer(), self):
-            self._ncclx_scope.close()
+            if closes_after_callbacks(trainer, self):
+                return
+        self._ncclx_scope.close()
 
     def _get_process_group_backend(self) -> str:
         return self._ncclx_backend or self._ncclx_resolve_backend()
@@ -207,7 +210,7 @@ class NcclxStrategyMixin:
         if trainer is not None:
             from lightning_ncclx.strategies.scope_closer import attach_closer
 
-            attach_closer(trainer, self)  # after the watchdog: it closes the scope once the watchdog stopped
+            attach_closer(trainer, self)  # last: it closes the scope once the watchdog (and others) stopped
 
     def _ncclx_attach_watchdog(self) -> None:
         from lightning_ncclx.strategies.callbacks import attach_default_watchdog
