@@ -120,3 +120,19 @@ def test_auto_follows_the_device_lightning_chose() -> None:
     with mock.patch("lightning_ncclx.strategies.mixin.probe_capabilities", return_value=caps):
         assert strategy._get_process_group_backend() == "nccl"
     assert DDPNcclxStrategy(parallel_devices=[torch.device("cpu")])._get_process_group_backend() == "gloo"
+
+
+@pytest.mark.parametrize(
+    ("name", "start_method", "find_unused"),
+    [("ddp_ncclx_fork", "fork", None), ("ddp_ncclx_notebook", "fork", None),
+     ("ddp_ncclx_find_unused_parameters_true", "popen", True), ("ddp_ncclx_spawn_find_unused_parameters_false", "spawn", False)],
+)
+def test_lightnings_ddp_name_variants_exist_for_ddp_ncclx(name: str, start_method: str, find_unused: bool | None) -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    entry = StrategyRegistry[name]
+    assert entry["strategy"] is DDPNcclxStrategy
+    assert entry["init_params"].get("start_method") == start_method
+    assert entry["init_params"].get("find_unused_parameters") == find_unused
+    strategy = StrategyRegistry.get(name)
+    assert isinstance(strategy, DDPNcclxStrategy) and strategy._start_method == start_method
