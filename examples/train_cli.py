@@ -13,15 +13,11 @@ A misspelt key is refused before anything starts, naming it
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import lightning_ncclx  # noqa: F401  - registers ddp_ncclx, fsdp_ncclx, fsdp2_ncclx by name
 from lightning.pytorch.cli import LightningCLI
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpt_model import GPTLightningModule  # noqa: E402
-from token_data import SyntheticTokens  # noqa: E402
+from gpt_model import GPTLightningModule
+from token_data import SyntheticTokens
 
 
 def main() -> None:
