@@ -46,7 +46,7 @@ def fold_lightning_arguments(
 
 
 def _fold_backend(owner: str, config: NcclxConfig, backend: str | None) -> tuple[NcclxConfig, str | None]:
-    if backend is None or backend == config.backend:
+    if backend is None or backend in ("auto", config.backend):
         return config, None
     if config.backend != "auto":
         raise ConfigError(

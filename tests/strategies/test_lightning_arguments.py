@@ -81,7 +81,7 @@ def test_a_threshold_the_user_set_is_not_lowered_silently() -> None:
 
 @pytest.mark.parametrize(
     ("argument", "backend", "passthrough"),
-    [("gloo", "gloo", None), ("nccl2", "nccl2", None), ("nccl", "auto", "nccl"), ("mpi", "auto", "mpi"),
+    [("gloo", "gloo", None), ("nccl2", "nccl2", None), ("auto", "auto", None), ("nccl", "auto", "nccl"), ("mpi", "auto", "mpi"),
      ("cpu:gloo,cuda:nccl", "auto", "cpu:gloo,cuda:nccl")],
 )
 def test_process_group_backend_sets_ncclx_backend_or_passes_through(argument: str, backend: str, passthrough: str | None) -> None:
