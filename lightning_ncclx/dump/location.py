@@ -71,3 +71,15 @@ def resolve_dump_dir(
 def torch_dump_prefix(dump_dir: Path, file_prefix: str) -> Path:
     """The ``TORCH_FR_DUMP_TEMP_FILE`` prefix: torch appends the rank to it."""
     return dump_dir / TORCH_DUMPS_SUBFOLDER / file_prefix
+
+
+def plugin_named_folders(dump_dir: Path, configured: bool) -> list[Path]:
+    """The folders of ``dump_dir``'s path that lightning-ncclx names (deepest first): ``torch/``
+    always; the run folder and ``ncclx_dumps`` too unless the dump folder was configured. Any rank
+    may remove them once empty: they hold nothing but this plugin's dumps."""
+    folders = [dump_dir / TORCH_DUMPS_SUBFOLDER]
+    if not configured:
+        folders.append(dump_dir)
+        if dump_dir.parent.name == DUMPS_FOLDER_NAME:
+            folders.append(dump_dir.parent)
+    return folders

@@ -26,7 +26,7 @@ from lightning_ncclx.backend.resolve import (
 )
 from lightning_ncclx.backend.timeouts import TimeoutSchedule, apply_timeout_to_all_groups
 from lightning_ncclx.config import NcclxConfig, ncclx_config_from
-from lightning_ncclx.dump.location import RUN_ID_VARIABLE, resolve_dump_dir, torch_dump_prefix
+from lightning_ncclx.dump.location import RUN_ID_VARIABLE, plugin_named_folders, resolve_dump_dir, torch_dump_prefix
 from lightning_ncclx.strategies.arguments import fold_lightning_arguments
 from lightning_ncclx.strategies.run_scope import RunScope, exported, next_trainer
 
@@ -193,6 +193,8 @@ class NcclxStrategyMixin:
         # torch writes its own timeout dumps there without creating folders; teardown removes
         # whatever stayed empty.
         self._ncclx_scope.make_writable_folder(prefix.parent, "ncclx.flight_recorder.dump_dir")
+        # Ranks on one host share these; whichever closes last finds them empty.
+        self._ncclx_scope.remove_when_empty(plugin_named_folders(dump_dir, recorder.dump_dir is not None))
         self._ncclx_dump_dir = dump_dir
         environ = dict(os.environ)
         to_set, _ = apply_recorder_env(recorder, prefix, environ)

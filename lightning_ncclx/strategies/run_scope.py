@@ -13,7 +13,7 @@ import secrets
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from lightning_ncclx.dump.location import run_id_from_environment
 from lightning_ncclx.errors import ConfigError
@@ -94,6 +94,10 @@ class RunScope:
             raise ConfigError(f"{key}: the dump folder {str(folder)!r} is not writable ({err.strerror or err})") from None
         finally:
             self._created.extend(path for path in new if path not in self._created)
+
+    def remove_when_empty(self, folders: Iterable[Path]) -> None:
+        """Also try these folders at :meth:`close` (made by another rank of the run, perhaps)."""
+        self._created.extend(path for path in folders if path not in self._created)
 
     def close(self) -> None:
         """Restore every variable and remove the created folders that are still empty."""

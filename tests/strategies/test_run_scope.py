@@ -71,3 +71,27 @@ def test_a_launchers_id_is_the_base_under_torchrun(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(run_scope, "_base_run_id", None)
     monkeypatch.setattr(run_scope, "_trainers_in_process", 0)
     assert [next_run_id(), next_run_id()] == ["torchrun-abc", "torchrun-abc-2"]
+
+
+def test_folders_another_rank_made_are_removed_by_whichever_rank_closes_last(tmp_path: Path) -> None:
+    from lightning_ncclx.dump.location import plugin_named_folders
+
+    dump_dir = tmp_path / "ncclx_dumps" / "run-1"
+    first, second = RunScope(), RunScope()
+    first.make_writable_folder(dump_dir / "torch", "key")   # rank 0 makes them
+    second.make_writable_folder(dump_dir / "torch", "key")  # rank 1 finds them there
+    for scope in (first, second):
+        scope.remove_when_empty(plugin_named_folders(dump_dir, configured=False))
+    busy = dump_dir / ".rank_00001.native-stacks.txt"
+    busy.write_text("")  # rank 1's watchdog still runs when rank 0 closes
+    first.close()
+    assert dump_dir.is_dir()
+    busy.unlink()
+    second.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_configured_dump_folder_is_never_removed(tmp_path: Path) -> None:
+    from lightning_ncclx.dump.location import plugin_named_folders
+
+    assert plugin_named_folders(tmp_path / "mine", configured=True) == [tmp_path / "mine" / "torch"]
