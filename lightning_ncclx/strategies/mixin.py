@@ -247,7 +247,8 @@ class NcclxStrategyMixin:
         timeouts = self.ncclx.timeouts
         buffer = os.environ.get("TORCH_FR_BUFFER_SIZE", "?")
         return (
-            f"{self.strategy_name}: backend asked={self.ncclx.backend} -> {self._ncclx_backend}; serving {serving}; "
+            f"{self.strategy_name}: backend asked={self._ncclx_passthrough_backend or self.ncclx.backend} -> "
+            f"{self._ncclx_backend}; serving {serving}; "
             f"NCCL {nccl_version() or 'n/a'}; flight recorder {buffer} entries/rank; dumps -> {self._ncclx_dump_dir}; "
             f"timeouts {timeouts.init_timeout_seconds:g} s at start-up, {timeouts.training_timeout_seconds:g} s "
             f"after {timeouts.warmup_steps} batches"
