@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lightning_ncclx.dump.liveness import ProcessInfo, is_gone, state_of
+from lightning_ncclx.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,6 @@ def pack_files(files: list[Path]) -> bytes:
 
 def unpack_files(blob: bytes, folder: Path, skip: Callable[[str], bool] = lambda name: False) -> list[Path]:
     """Extract the regular files of a packed dump into ``folder`` (plain names only)."""
-    from lightning_ncclx.dump.writer import atomic_write_bytes
-
     written: list[Path] = []
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         for member in tar.getmembers():
