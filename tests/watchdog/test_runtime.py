@@ -21,21 +21,14 @@ from lightning_ncclx.config import StallAction, WatchdogConfig
 from lightning_ncclx.watchdog import StallWatchdog
 from lightning_ncclx.watchdog.heartbeat import Phase
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
+from support import FakeClock
 
 
 def make_runtime(tmp_path: Path, **overrides) -> tuple[WatchdogRuntime, FakeClock, list[int]]:
     values = dict(train_step_seconds=5.0, first_step_seconds=5.0, collect_timeout_seconds=1.0,
                   auto={"enabled": False}, on_stall=StallAction.dump_and_exit)
     values.update(overrides)
-    clock, exits = FakeClock(), []
+    clock, exits = FakeClock(50.0), []
     runtime = WatchdogRuntime(WatchdogConfig(**values), tmp_path / "dumps", clock=clock, exit_fn=exits.append)
     return runtime, clock, exits
 
