@@ -77,6 +77,7 @@ class StallWatchdog(Callback):
             runtime = WatchdogRuntime(self.config, self.resolved_dump_dir(trainer),
                                       stack_traces=self.flight_recorder.stack_traces)
             runtime.on_dumped = lambda reason: self._record_event(trainer, runtime, reason)
+            runtime.on_summarized = lambda result: self._record_kind(trainer, result, self.config)
             runtime.start()
             self._runtime = runtime
         except Exception:  # noqa: BLE001 - a watchdog that cannot start must not stop training
@@ -186,6 +187,26 @@ class StallWatchdog(Callback):
     # ------------------------------------------------------------------------------ helpers
     def _batches(self) -> int:
         return self._runtime.heartbeat.batches if self._runtime is not None else 0
+
+    @staticmethod
+    def _record_kind(trainer: Any, result: Any, config: WatchdogConfig) -> None:
+        """Initiating rank, after the summary: the hang kind as a metric ``ncclx/hang_kind/<kind>``
+        (loggers take numbers) and the exit status ``dump_and_exit`` maps it to."""
+        from lightning_ncclx.config import exit_code_for
+
+        kind = getattr(result, "hang_kind", None)
+        if not kind:
+            return
+        metrics = {f"ncclx/hang_kind/{kind}": 1.0, "ncclx/hang_exit_code": float(exit_code_for(kind, config))}
+        advice = getattr(result, "restart_advice", {}) or {}
+        log.warning("%s: hang kind %s; restart advice %s%s", result.event.name, kind, advice.get("action", "?"),
+                    f" excluding {','.join(advice['hosts_to_exclude'])}" if advice.get("hosts_to_exclude") else "")
+        for logger in list(getattr(trainer, "loggers", []) or []):
+            try:
+                logger.log_metrics(metrics, step=_global_step(trainer))
+                logger.save()
+            except Exception:  # noqa: BLE001
+                log.warning("recording the hang kind in %s failed", type(logger).__name__, exc_info=True)
 
     @staticmethod
     def _record_event(trainer: Any, runtime: WatchdogRuntime, reason: str) -> None:

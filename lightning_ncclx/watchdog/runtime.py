@@ -59,6 +59,8 @@ class WatchdogRuntime:
         self.results: list[CollectionResult] = []
         self.on_dumped: Callable[[str], None] | None = None
         """Called from the watchdog thread after each dump of this rank, with the event's reason."""
+        self.on_summarized: Callable[[CollectionResult], None] | None = None
+        """Called on the initiating rank after an event's summary is written (hang kind known)."""
         self._exit_fn = exit_fn or _hard_exit
         self._event_lock = threading.Lock()
         self._stop = threading.Event()
@@ -213,6 +215,11 @@ class WatchdogRuntime:
             gather_through_store=self.config.gather_through_store,
         )
         self.results.append(result)
+        if self.on_summarized is not None:
+            try:
+                self.on_summarized(result)
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] recording the hang kind of %s failed", self.rank, event.name, exc_info=True)
         header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
                   + (f", NO dump from ranks {result.missing_ranks}" if result.missing_ranks else "")
                   + (f" (process gone: ranks {result.gone_ranks})" if result.gone_ranks else "")

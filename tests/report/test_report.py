@@ -31,9 +31,11 @@ def hung(tmp_path):
 def test_text_is_plain_and_leads_with_the_culprit(hung):
     text = render_text(hung)
     assert isinstance(text, str) and "[bold" not in text and "\x1b[" not in text
-    first = text.splitlines()[:5]
-    assert first[0] == "HANG: not_entered - culprit rank(s) 1"
-    assert any("train.py:7 in load_batch" in line for line in first)
+    first = text.splitlines()[:8]
+    assert first[0].startswith("KIND: stuck_outside_collective - rank(s) 1 are alive but outside every collective")
+    assert first[1].startswith("  next: ") and any(line.startswith("  restart: restart - ") for line in first)
+    assert "HANG: not_entered - culprit rank(s) 1" in first
+    assert "train.py:7 in load_batch" in first[0]
 
 
 def test_json_is_the_documented_form(hung):

@@ -62,13 +62,16 @@ def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
 
 def test_stall_is_recorded_in_the_trainers_logger(tmp_path: Path) -> None:
     """Recorded by rank 0's watchdog thread while its main thread is stuck, before the exit."""
-    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", default_strategy(), "--csv-logger")
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", default_strategy(),
+                     "--csv-logger", "--noticer-rank", "0")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
     metrics = list(tmp_path.rglob("metrics.csv"))
     assert len(metrics) == 1, f"expected rank 0's metrics.csv, found {metrics}"
     text = metrics[0].read_text()
     assert "ncclx/stall_events" in text.splitlines()[0]
     assert ",1.0" in text, text
+    # rank 0 initiated and summarized: the hang kind is a metric too (rank 2 sleeps in its own code)
+    assert "ncclx/hang_kind/stuck_outside_collective" in text.splitlines()[0], text
 
 
 def test_stuck_rank_stack_shows_where_it_waits(tmp_path: Path) -> None:
