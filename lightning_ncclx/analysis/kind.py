@@ -116,7 +116,7 @@ def _not_entered(summary: Summary, head: Finding) -> Classification:
         return _lost(summary, head)
     if states and any(c.state == "in_collective" for c in states):
         inside = next(c for c in states if c.state == "in_collective")
-        return _diverged(summary, head, f"{inside.detail.removeprefix('in ')}, while the others wait in {head.op} "
+        return _diverged(summary, head, f"{_named(summary, inside.detail.removeprefix('in '))}, while the others wait in {head.op} "
                          f"(seq {head.seq}) of group {_group_name(head)}: it skipped, added or reordered a collective")
     return _diverged(summary, head, f"never entered {head.op} (seq {head.seq}) of group {_group_name(head)}")
 
@@ -266,7 +266,19 @@ def _site(summary: Summary, ranks: tuple[int, ...]) -> str:
 
 
 def _group_name(head: Finding) -> str:
-    return head.group.desc if head.group.desc and head.group.desc != "undefined" else head.group.name
+    g = head.group
+    if g.desc and g.desc != "undefined":
+        return g.desc
+    return f"{g.name} (ranks {_r(g.ranks)})" if g.ranks else g.name
+
+
+def _named(summary: Summary, text: str) -> str:
+    """torch names a group it was not told the name of "undefined": say its ranks instead."""
+    for f in summary.findings:
+        g = f.group
+        if g.desc in ("", "undefined") and g.ranks:
+            text = text.replace(f"group {g.name} (undefined)", f"group {g.name} (ranks {_r(g.ranks)})")
+    return text
 
 
 def _r(ranks: tuple[int, ...]) -> str:
