@@ -242,7 +242,8 @@ class WatchdogConfig:
 def _check_exit_codes(key: str, codes: Any) -> None:
     _require(isinstance(codes, Mapping), key, codes, "expected a mapping from hang kind to exit code")
     for kind, code in codes.items():
-        _require(kind in HANG_KINDS, f"{key}.{kind}", code, f"unknown hang kind; expected one of {', '.join(HANG_KINDS)}")
+        _require(kind in HANG_KINDS, f"{key}.{kind}", code,
+                 f"unknown hang kind; expected one of {', '.join(HANG_KINDS)}")
         _require(isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255, f"{key}.{kind}", code,
                  "expected an exit code from 0 to 255")
 

@@ -116,7 +116,8 @@ def _not_entered(summary: Summary, head: Finding) -> Classification:
         return _lost(summary, head)
     if states and any(c.state == "in_collective" for c in states):
         inside = next(c for c in states if c.state == "in_collective")
-        return _diverged(summary, head, f"{_named(summary, inside.detail.removeprefix('in '))}, while the others wait in {head.op} "
+        where = _named(summary, inside.detail.removeprefix("in "))
+        return _diverged(summary, head, f"{where}, while the others wait in {head.op} "
                          f"(seq {head.seq}) of group {_group_name(head)}: it skipped, added or reordered a collective")
     return _diverged(summary, head, f"never entered {head.op} (seq {head.seq}) of group {_group_name(head)}")
 
@@ -154,8 +155,9 @@ _WHERE_ADVICE = (
 
 def _stuck(summary: Summary, head: Finding, activity: str) -> Classification:
     culprit = head.ranks[0]
-    where = next((advice for key, advice in _WHERE_ADVICE if activity.startswith(key) or key in activity.split(":")[0]), "the code it is in: `py-spy dump "
-                 "--pid` on its host shows the whole stack")
+    what = activity.split(":")[0]
+    where = next((advice for key, advice in _WHERE_ADVICE if key in what),
+                 "the code it is in: `py-spy dump --pid` on its host shows the whole stack")
     host = summary.hosts.get(culprit)
     advice = (f"rank {culprit}{' on ' + host if host else ''} is {activity}", f"look at {where}")
     sick_host = "uninterruptible" in activity and host

@@ -107,9 +107,9 @@ def tally(incidents: list[Incident], last: int, min_count: int) -> dict[str, Any
         host_kinds = {k: n for k, n in kinds.items() if k not in PROGRAM_KINDS}
         if total >= min_count:
             top, n = kinds.most_common(1)[0]
+            message = f"host {host}: {total} of the last {len(recent)} incidents, {n} of them {top}"
             recurring.append({"host": host, "incidents": total, "of_last": len(recent), "kinds": dict(kinds),
-                              "exclude": sum(host_kinds.values()) >= min_count,
-                              "message": f"host {host}: {total} of the last {len(recent)} incidents, {n} of them {top}"})
+                              "exclude": sum(host_kinds.values()) >= min_count, "message": message})
     sites = Counter(i.call_site for i in incidents if i.call_site and i.kind in PROGRAM_KINDS)
     return {
         "incidents": len(incidents), "runs": len({i.run_id for i in incidents}),
@@ -152,8 +152,9 @@ def _print_tables(incidents: list[Incident], result: dict[str, Any], last: int, 
     for name in ("time", "run / job", "event", "kind", "culprit", "host", "call site"):
         table.add_column(name, overflow="fold")
     for i in incidents[-last:] if last > 0 else incidents:
-        table.add_row(i.time or "-", " / ".join(x for x in (i.run_id, i.job_id) if x) or "-", i.event, i.kind,
-                      ", ".join(map(str, i.culprit_ranks)) or "-", ", ".join(i.culprit_hosts) or "-", i.call_site or "-")
+        run = " / ".join(x for x in (i.run_id, i.job_id) if x) or "-"
+        table.add_row(i.time or "-", run, i.event, i.kind, ", ".join(map(str, i.culprit_ranks)) or "-",
+                      ", ".join(i.culprit_hosts) or "-", i.call_site or "-")
     console.print(table)
     console.print("by kind: " + ", ".join(f"{k} {n}" for k, n in result["by_kind"].items()))
     if result["by_call_site"]:

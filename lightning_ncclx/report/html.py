@@ -47,8 +47,9 @@ code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere;white-spac
 .divcol{outline:2px solid #b00020;outline-offset:-1px}.stop{box-shadow:inset -4px 0 0 #1d1d1f}
 .culprit.stop{box-shadow:inset -4px 0 0 #b00020}.st{color:#333}
 #detail{margin-top:6px;min-height:2.6em;color:#333;overflow-wrap:anywhere}
-table{border-collapse:collapse;width:100%}td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top;
-overflow-wrap:anywhere}tr.culprit{background:#fde8e8}.legend{color:#666;font-size:11px;margin:4px 0 0}"""
+table{border-collapse:collapse;width:100%}
+td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+tr.culprit{background:#fde8e8}.legend{color:#666;font-size:11px;margin:4px 0 0}"""
 
 _SCRIPT = """document.querySelectorAll('[data-d]').forEach(function(e){e.addEventListener('click',function(){
 document.getElementById('detail').textContent=e.getAttribute('data-d');});});"""
@@ -89,15 +90,15 @@ def _timeline(grid: Grid) -> str:
             ident = ' id="culprit-stop"' if row.culprit_stop_column == i and not marked else ""
             marked = marked or bool(ident)
             text = _abbreviation(cell.op) if cell.op else ""
-            detail = (f"{row.label}: {cell.op} seq {col.seq} in {col.group_label}: "
-                      f"{'finished' if cell.status == 'done' else 'NOT finished' if cell.status == 'open' else 'not recorded'}"
-                      if cell.op else f"{row.label}: no entry for seq {col.seq} in {col.group_label}")
+            status = {"done": "finished", "open": "NOT finished"}.get(cell.status, "not recorded")
+            detail = (f"{row.label}: {cell.op} seq {col.seq} in {col.group_label}: {status}" if cell.op
+                      else f"{row.label}: no entry for seq {col.seq} in {col.group_label}")
             parts.append(f'<div{ident} class="{" ".join(classes)}" title="{_e(detail)}" data-d="{_e(detail)}">'
                          f"{_e(text)}</div>")
         ident = ' id="culprit-stop"' if row.culprit and row.culprit_stop_column is None and not marked else ""
         marked = marked or bool(ident)
-        parts.append(f'<div{ident} class="st{culprit}" title="{_e(row.where)}" data-d="{_e(row.label + ": " + row.where)}">'
-                     f"{_e(row.state)}</div>")
+        parts.append(f'<div{ident} class="st{culprit}" title="{_e(row.where)}" '
+                     f'data-d="{_e(row.label + ": " + row.where)}">{_e(row.state)}</div>')
     parts.append("</div>")
     several = sorted({c.group for c in grid.columns if not c.gap})
     if len(several) > 1:
@@ -123,7 +124,8 @@ def _culprit_panel(d: Summary, labels: dict[str, str]) -> str:
                      + (f"<br><code>{_e(c.location)}</code>" if c.location else "") + "</li>")
     waiting = next((r for r in d.per_rank if r.rank in set(head.waiting_ranks) and r.location), None)
     if waiting is not None:
-        items.append(f"<li>waiting rank {waiting.rank}: {_e(name_groups(waiting.detail, labels))}<br><code>{_e(waiting.location)}</code></li>")
+        items.append(f"<li>waiting rank {waiting.rank}: {_e(name_groups(waiting.detail, labels))}"
+                     f"<br><code>{_e(waiting.location)}</code></li>")
     items += [f"<li><code>{_e(e)}</code></li>" for e in head.evidence[:2]]
     return f"<section><h2>Culprit</h2><ol>{''.join(items)}</ol></section>"
 

@@ -120,7 +120,8 @@ def _short_state(row: RankRow) -> str:
         if ", " in detail and ":" in detail:
             return "outside collectives: " + detail.split(", ", 1)[1].split(":")[0]
         return "outside collectives, in its code"
-    return {"process_gone": "process gone", "no_answer": "alive, no dump", "no_dump": "no dump"}.get(row.state, row.state)
+    short = {"process_gone": "process gone", "no_answer": "alive, no dump", "no_dump": "no dump"}
+    return short.get(row.state, row.state)
 
 
 def build_grid(summary: Summary, limit: int = 256) -> Grid:

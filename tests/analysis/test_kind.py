@@ -65,8 +65,8 @@ def test_missing_dump_without_collection_info_is_unknown_and_says_what_is_missin
 def test_a_hang_after_training_ended_is_teardown(tmp_path):
     for r in range(3):
         n = 7 if r == 2 else 8
-        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(n, last_state="completed" if r == 2 else "started"),
-                                                            GROUPS))
+        es = collectives(n, last_state="completed" if r == 2 else "started")
+        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(es, GROUPS))
         _context(tmp_path, r, "gpu-0", phase="idle")
     c = classify(analyze_folder(tmp_path))
     assert c.kind is HangKind.teardown and c.restart is RestartAction.do_not_restart
