@@ -75,6 +75,9 @@ def classify(summary: Summary) -> Classification:
     head = summary.findings[0] if summary.findings else None
     if head is None:
         return _without_finding(summary)
+    raised = {r: e for r, e in (summary.context.get("exceptions") or {}).items() if int(r) in head.ranks}
+    if raised:
+        return _raised(summary, head, raised)
     if _in_teardown(summary, head):
         return Classification(
             HangKind.teardown, f"training had ended (phase idle) when rank(s) {_r(head.ranks)} stopped: "
@@ -186,6 +189,23 @@ def _lost(summary: Summary, head: Finding) -> Classification:
                           "a lost rank is restartable; its host is unknown, so none can be excluded")
 
 
+_TRANSIENT = ("cuda", "nccl", "out of memory", "timeout", "timed out", "ecc", "connection", "socket", "broken pipe",
+              "xid", "device-side")
+
+
+def _raised(summary: Summary, head: Finding, raised: dict[str, str]) -> Classification:
+    rank, text = next(iter(sorted(raised.items(), key=lambda kv: int(kv[0]))))
+    host = summary.hosts.get(int(rank))
+    advice = (f"rank {rank}{' on ' + host if host else ''} raised {text}: its log has the traceback",
+              f"the others ({_r(head.waiting_ranks)}) wait for it in {head.op} (seq {head.seq})")
+    reason = f"rank {rank} raised an exception and left the collectives ({text.splitlines()[0][:200]})"
+    if any(word in text.lower() for word in _TRANSIENT):
+        return Classification(HangKind.rank_lost, reason, advice, RestartAction.restart,
+                              "the exception comes from the GPU, NCCL or the network: a restart may pass")
+    return Classification(HangKind.rank_lost, reason, advice, RestartAction.do_not_restart,
+                          "the program raised: a restart raises it again unless the cause was outside it")
+
+
 def _missing(summary: Summary, head: Finding) -> Classification:
     states = {c.state for c in head.culprit_states}
     if states == {"process_gone"}:
@@ -203,6 +223,10 @@ def _missing(summary: Summary, head: Finding) -> Classification:
 
 def _without_finding(summary: Summary) -> Classification:
     rows = [r for r in summary.per_rank if r.rank in set(summary.ranks_seen)]
+    if str(summary.context.get("event") or "").startswith("ondemand-"):
+        return Classification(HangKind.no_hang, "dumped on demand and the ranks agree: ranks inside the same "
+                              "collective at that instant is normal", (), RestartAction.restart,
+                              "nothing is wrong in the dumps")
     if not summary.ranks_seen:
         return Classification(HangKind.unknown, "no readable flight-recorder dump: nothing to decide from",
                               ("check that the flight recorder is on (TORCH_FR_BUFFER_SIZE > 0) and the dump folder",),

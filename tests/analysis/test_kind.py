@@ -105,3 +105,26 @@ def test_exit_codes_are_checked():
 
 def test_config_knows_every_kind():
     assert set(HANG_KINDS) == {k.value for k in HangKind}
+
+
+def test_a_rank_that_raised_is_lost_and_a_program_exception_is_not_restarted(tmp_path):
+    for r in range(3):
+        es = collectives(7, last_state="completed") if r == 1 else collectives(8, last_state="started")
+        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(es, GROUPS))
+        (tmp_path / f"rank_{r:05d}.context.json").write_text(json.dumps(
+            {"rank": r, "host": "gpu-0", "world_size": 3, "phase": "idle" if r == 1 else "train_step",
+             "exception": "KeyError: 'labels'" if r == 1 else None}))
+    c = classify(analyze_folder(tmp_path))
+    assert c.kind is HangKind.rank_lost and "rank 1 raised an exception" in c.reason
+    assert c.restart is RestartAction.do_not_restart
+    (tmp_path / "rank_00001.context.json").write_text(json.dumps(
+        {"rank": 1, "host": "gpu-0", "world_size": 3, "exception": "RuntimeError: CUDA error: an illegal memory access"}))
+    assert classify(analyze_folder(tmp_path)).restart is RestartAction.restart
+
+
+def test_an_on_demand_dump_of_ranks_inside_one_collective_is_no_hang(tmp_path):
+    for r in range(3):
+        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(8, last_state="started"), GROUPS))
+        (tmp_path / f"rank_{r:05d}.context.json").write_text(json.dumps(
+            {"rank": r, "host": "gpu-0", "world_size": 3, "event": "ondemand-001", "reason": "on_demand"}))
+    assert classify(analyze_folder(tmp_path)).kind is HangKind.no_hang
