@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -22,6 +23,7 @@ EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "teardown", "no_hang"})
 """Kinds that do not indict a host: the program (or nothing) was at fault wherever it ran."""
 MAX_FOLDERS = 100_000
+_CONTEXT = re.compile(r"rank_\d+\.context\.json$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,26 @@ def _read(path: Path) -> Incident | None:
         d = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
+    return _incident(d, path)
+
+
+def _analyzed(folder: Path) -> Incident | None:
+    """An event folder the watchdog did not summarize (it was killed first): analyze it now."""
+    from lightning_ncclx.analysis import analyze_folder
+
+    try:
+        summary = analyze_folder(folder, workers=1)
+    except Exception:  # noqa: BLE001 - a broken folder is reported, never fatal to the history
+        return None
+    if not summary.ranks_seen:
+        return None
+    from lightning_ncclx.report.incident import incident_info
+
+    return _incident({**summary.to_dict(), "incident": incident_info(summary, folder, environ={})},
+                     folder / "summary.json")
+
+
+def _incident(d: Any, path: Path) -> Incident | None:
     if not isinstance(d, dict) or not str(d.get("schema", "")).startswith("lightning-ncclx/summary/"):
         return None
     inc = d.get("incident") if isinstance(d.get("incident"), dict) else {}
@@ -70,7 +92,8 @@ def _read(path: Path) -> Incident | None:
 
 def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
     """Every ``summary.json`` under ``paths`` (a summary's own ``ranks/`` copies are skipped),
-    oldest first; and the paths that could not be read."""
+    and every event folder of dumps without one (analyzed now), oldest first; and the paths that
+    could not be read."""
     found: dict[str, Incident] = {}
     problems: list[str] = []
     for root in paths:
@@ -78,12 +101,22 @@ def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
             problems.append(f"{root}: no such file or folder")
             continue
         files = [root] if root.is_file() else []
+        unsummarized: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(root) if root.is_dir() else ():
             dirnames[:] = sorted(n for n in dirnames if n != "ranks")
-            files += [Path(dirpath) / "summary.json"] if "summary.json" in filenames else []
-            if len(files) > MAX_FOLDERS:
+            if "summary.json" in filenames:
+                files.append(Path(dirpath) / "summary.json")
+            elif any(_CONTEXT.match(n) for n in filenames):
+                unsummarized.append(Path(dirpath))
+            if len(files) + len(unsummarized) > MAX_FOLDERS:
                 problems.append(f"{root}: more than {MAX_FOLDERS} incidents; the rest were not read")
                 break
+        for folder in unsummarized:
+            incident = _analyzed(folder)
+            if incident is None:
+                problems.append(f"{folder}: an event folder without summary.json whose dumps could not be analyzed")
+            else:
+                found.setdefault(str((folder / "summary.json").resolve()), incident)
         for path in files:
             incident = _read(path)
             if incident is None:

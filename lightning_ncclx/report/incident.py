@@ -50,13 +50,19 @@ def incident_info(summary: Summary, folder: Path, environ: Mapping[str, str] | N
     now = datetime.now(timezone.utc).timestamp() if now is None else now
     return {
         "event": str(summary.context.get("event") or folder.name),
-        "run_id": run_id_from_environment(dict(env)) or folder.parent.name,
+        "run_id": run_id_from_environment(dict(env)) or _run_folder(folder).name,
         "job_id": job_id,
         "hosts": sorted(set(summary.hosts.values())),
         "dumped_at": _iso(min(times)) if times else None,
         "summarized_at": _iso(now),
         "folder": str(folder.absolute()),
     }
+
+
+def _run_folder(event_folder: Path) -> Path:
+    """``<run>/ncclx_dumps/<event>`` (Hydra) or ``.../ncclx_dumps/<run id>/<event>``."""
+    parent = event_folder.absolute().parent
+    return parent.parent if parent.name == "ncclx_dumps" else parent
 
 
 def kept_incident(folder: Path, fresh: dict[str, Any]) -> dict[str, Any]:

@@ -94,7 +94,10 @@ def render_text(summary: Summary) -> str:
 
 def render_markdown(summary: Summary) -> str:
     d = summary
-    out = [f"# Hang summary: `{d.verdict.value}`", "", f"**{d.headline}**", ""]
+    c = d.classification
+    out = [f"# Hang summary: `{d.verdict.value}`", "", f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
+    out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
+    out += [f"**{d.headline}**", ""]
     if d.verdict is not Verdict.NO_HANG:
         g = d.process_group
         out += ["| | |", "|---|---|", f"| culprit ranks | {_ranks(d.culprit_ranks)} |",

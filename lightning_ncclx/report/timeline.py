@@ -181,7 +181,8 @@ def _rows(rows: tuple[RankRow, ...], columns: list[Column], culprits: set[int], 
         cells = cells_of[first.rank]
         stop = next((i for i, c in enumerate(cells) if c.stop), None)
         where = name_groups(first.detail, labels) + (f" at {first.location}" if first.location else "")
-        out.append(GridRow(label + (f" {host}" if host else ""), f"{label}{' on ' + host if host else ''}: {where}",
+        shown_host = f" ({host})" if " hosts" in host else f" {host}" if host else ""
+        out.append(GridRow(label + shown_host, f"{label}{' on ' + host if host else ''}: {where}",
                            culprit, cells, name_groups(_short_state(first), labels), where,
                            stop if culprit else None))
     out.sort(key=lambda r: (not r.culprit, _first_rank(r.label)))

@@ -87,6 +87,17 @@ def test_history_names_the_recurring_host(runs):
     assert tally(incidents, last=2, min_count=2)["exclude"] == []  # only one of the last two
 
 
+def test_an_event_the_watchdog_did_not_summarize_is_analyzed_now(runs):
+    folder = runs / "run-e" / "ncclx_dumps" / "stall-001"
+    folder.mkdir(parents=True)
+    _incident(folder, "rank_lost", 1_790_100_000, HOSTS)  # killed before it wrote summary.json
+    incidents, problems = find_incidents([runs])
+    assert problems == [] and len(incidents) == 6
+    assert (incidents[-1].kind, incidents[-1].culprit_hosts) == ("rank_lost", ("gpu-17",))
+    assert incidents[-1].run_id == "run-e"  # <run>/ncclx_dumps/<event>: the run's folder names it
+    assert not (folder / "summary.json").exists()  # history only reads
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, COLUMNS="160")
     return subprocess.run([sys.executable, "-m", "lightning_ncclx.cli", "history", *args], capture_output=True,
