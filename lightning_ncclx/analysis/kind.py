@@ -71,11 +71,22 @@ _ALIVE_PREFIX = "no dump, but its process was alive"
 
 
 def classify(summary: Summary) -> Classification:
-    """The :class:`Classification` of ``summary`` (see the module docstring)."""
+    """The :class:`Classification` of ``summary`` (see the module docstring). Never raises: the
+    reports must still be written when the evidence is odd."""
+    try:
+        return _classify(summary)
+    except Exception as exc:  # noqa: BLE001
+        return Classification(HangKind.unknown, f"the hang could not be classified ({type(exc).__name__}: {exc})",
+                              ("read the findings below",), RestartAction.restart,
+                              "nothing points at the program; a restart is the cheap test")
+
+
+def _classify(summary: Summary) -> Classification:
     head = summary.findings[0] if summary.findings else None
     if head is None:
         return _without_finding(summary)
-    raised = {r: e for r, e in (summary.context.get("exceptions") or {}).items() if int(r) in head.ranks}
+    raised = {r: e for r, e in (summary.context.get("exceptions") or {}).items()
+              if str(r).isdigit() and int(r) in head.ranks and e}
     if raised:
         return _raised(summary, head, raised)
     if _in_teardown(summary, head):
@@ -97,9 +108,15 @@ def _mismatch(summary: Summary, head: Finding) -> Classification:
     what = {Verdict.OP_MISMATCH: "op", Verdict.SIZE_MISMATCH: "size", Verdict.DTYPE_MISMATCH: "dtype"}[head.kind]
     theirs = _site(summary, head.ranks)
     others = _site(summary, head.waiting_ranks)
+    sites = next((e for e in head.evidence if e.startswith("call sites first differ")), None)
+    inside = all(c.state == "in_collective" for c in head.culprit_states) and head.culprit_states
+    if sites is None and not inside and not others.startswith("an unknown"):
+        # The recorder kept call sites and none differ: the culprit called it where the others did.
+        theirs = f"the same call site, {others} (it is now at {theirs})"
     advice = [f"rank(s) {_r(head.ranks)} called it at {theirs}", f"rank(s) {_r(head.waiting_ranks)} called it at "
-              f"{others}", f"make the {what} the same on every rank (look for a rank-dependent shape, a batch "
-              "that is not padded, or a dtype cast on one path)"]
+              f"{others}"] + ([sites] if sites else []) + [
+        f"make the {what} the same on every rank (look for a rank-dependent shape, a batch that is not padded, "
+        "or a dtype cast on one path)"]
     return Classification(
         HangKind.argument_mismatch, f"the ranks called {head.op} (seq {head.seq}) with a different {what}: "
         f"{head.message.split(': ', 1)[-1]}", tuple(advice), *_PROGRAM)

@@ -128,3 +128,16 @@ def test_an_on_demand_dump_of_ranks_inside_one_collective_is_no_hang(tmp_path):
         (tmp_path / f"rank_{r:05d}.context.json").write_text(json.dumps(
             {"rank": r, "host": "gpu-0", "world_size": 3, "event": "ondemand-001", "reason": "on_demand"}))
     assert classify(analyze_folder(tmp_path)).kind is HangKind.no_hang
+
+
+def test_classification_never_raises_on_odd_evidence(tmp_path):
+    from dataclasses import replace
+
+    for r in range(3):
+        write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(8 if r else 7, last_state="started"), GROUPS))
+    summary = analyze_folder(tmp_path)
+    odd = replace(summary, context={"exceptions": {"x": "KeyError", "1": None}})
+    assert classify(odd).kind is HangKind.program_divergence  # bad keys and empty texts are ignored
+    broken = replace(summary, findings=(object(),))
+    c = classify(broken)
+    assert c.kind is HangKind.unknown and "could not be classified (AttributeError" in c.reason
