@@ -25,6 +25,7 @@ function r(e){var b=e.getBoundingClientRect();return [b.left,b.top,b.right,b.bot
 var out={inner:[window.innerWidth,window.innerHeight],scrollWidth:document.documentElement.scrollWidth,
 verdict:r(document.getElementById('verdict')),stop:r(document.getElementById('culprit-stop')),
 states:Array.prototype.map.call(document.querySelectorAll('.st'),r)};
+document.getElementById('culprit-stop').click();out.detail=document.getElementById('detail').textContent;
 var p=document.createElement('pre');p.id='rects';p.textContent=JSON.stringify(out);document.body.appendChild(p);});
 </script>"""
 
@@ -80,6 +81,7 @@ def test_verdict_and_culprit_stop_cell_are_on_screen_at_1400x900(tmp_path):
     assert on_screen(m["stop"]), m
     assert m["states"] and all(on_screen(r) for r in m["states"]), m  # every row's stop point
     assert m["scrollWidth"] <= width, m  # nothing runs off the right edge
+    assert m["detail"].startswith("rank 13 "), m  # a click shows the cell's details
 
     shot = tmp_path / "report.png"
     done = _browser([f"--screenshot={shot}", (tmp_path / "measured.html").as_uri()], tmp_path)
