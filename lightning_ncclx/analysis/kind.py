@@ -90,12 +90,12 @@ def _classify(summary: Summary) -> Classification:
     if raised:
         return _raised(summary, head, raised)
     if _in_teardown(summary, head):
-        return Classification(
-            HangKind.teardown, f"training had ended (phase idle) when rank(s) {_r(head.ranks)} stopped: "
-            f"{head.message}", ("the job hangs while shutting down: look for a collective or barrier after "
-                                 "trainer.fit (destroy_process_group, a final checkpoint or metric sync) that "
-                                 "not every rank reaches", "the run's checkpoints are complete; check the last one"),
-            RestartAction.do_not_restart, "training had finished: restarting would redo work already done")
+        reason = f"training had ended (phase idle) when rank(s) {_r(head.ranks)} stopped: {head.message}"
+        advice = (("the job hangs while shutting down: look for a collective or barrier after trainer.fit "
+                   "(destroy_process_group, a final checkpoint or metric sync) that not every rank reaches"),
+                  "the run's checkpoints are complete; check the last one")
+        return Classification(HangKind.teardown, reason, advice, RestartAction.do_not_restart,
+                              "training had finished: restarting would redo work already done")
     if head.kind in (Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH, Verdict.OP_MISMATCH):
         return _mismatch(summary, head)
     if head.kind is Verdict.NOT_ENTERED:
@@ -113,10 +113,11 @@ def _mismatch(summary: Summary, head: Finding) -> Classification:
     if sites is None and not inside and not others.startswith("an unknown"):
         # The recorder kept call sites and none differ: the culprit called it where the others did.
         theirs = f"the same call site, {others} (it is now at {theirs})"
-    advice = [f"rank(s) {_r(head.ranks)} called it at {theirs}", f"rank(s) {_r(head.waiting_ranks)} called it at "
-              f"{others}"] + ([sites] if sites else []) + [
-        f"make the {what} the same on every rank (look for a rank-dependent shape, a batch that is not padded, "
-        "or a dtype cast on one path)"]
+    advice = [f"rank(s) {_r(head.ranks)} called it at {theirs}",
+              f"rank(s) {_r(head.waiting_ranks)} called it at {others}",
+              *([sites] if sites else []),
+              (f"make the {what} the same on every rank (look for a rank-dependent shape, a batch that is not "
+               "padded, or a dtype cast on one path)")]
     return Classification(
         HangKind.argument_mismatch, f"the ranks called {head.op} (seq {head.seq}) with a different {what}: "
         f"{head.message.split(': ', 1)[-1]}", tuple(advice), *_PROGRAM)
@@ -146,8 +147,8 @@ def _diverged(summary: Summary, head: Finding, what: str) -> Classification:
     culprit = head.ranks[0] if head.ranks else None
     site = _site(summary, head.ranks)
     waiting_site = _site(summary, head.waiting_ranks)
-    advice = (f"inspect the code of rank {culprit} at {site}: the branch or loop that lets this rank take another "
-              "path (a rank-dependent condition, early return, uneven data, an exception swallowed on one rank)",
+    advice = ((f"inspect the code of rank {culprit} at {site}: the branch or loop that lets this rank take another "
+               "path (a rank-dependent condition, early return, uneven data, an exception swallowed on one rank)"),
               f"the waiting rank(s) {_r(head.waiting_ranks)} are in {head.op} called at {waiting_site}")
     evidence = next((e for e in head.evidence if e.startswith(("call sites", "deadlock"))), None)
     if evidence:
@@ -157,14 +158,14 @@ def _diverged(summary: Summary, head: Finding, what: str) -> Classification:
 
 
 _WHERE_ADVICE = (
-    ("in its own code", "the rank's own code there: a loop, sleep or wait that does not end on this rank; "
-                        "`py-spy dump --pid` on its host shows the whole stack"),
-    ("data loader", "the data loader: look at its worker processes (`py-spy dump --pid` on them), the storage the "
-                    "dataset reads from, and give DataLoader a timeout= so a dead worker raises"),
-    ("checkpoint", "checkpoint IO: check the filesystem the checkpoint is written to (free space, `dmesg` for "
-                   "NFS/Lustre errors) and whether every rank reaches the save"),
-    ("uninterruptible", "the filesystem or a device: the process is in D state; `dmesg -T` on its host shows "
-                        "the hung mount or device"),
+    ("in its own code", ("the rank's own code there: a loop, sleep or wait that does not end on this rank; "
+                         "`py-spy dump --pid` on its host shows the whole stack")),
+    ("data loader", ("the data loader: look at its worker processes (`py-spy dump --pid` on them), the storage the "
+                     "dataset reads from, and give DataLoader a timeout= so a dead worker raises")),
+    ("checkpoint", ("checkpoint IO: check the filesystem the checkpoint is written to (free space, `dmesg` for "
+                    "NFS/Lustre errors) and whether every rank reaches the save")),
+    ("uninterruptible", ("the filesystem or a device: the process is in D state; `dmesg -T` on its host shows "
+                         "the hung mount or device")),
     ("lock", "a lock, event or thread join: `py-spy dump --pid` shows which thread holds it"),
     ("queue", "a queue: `py-spy dump --pid` shows which thread should feed it"),
     ("GPU", "the GPU: a kernel that does not finish; `nvidia-smi` and `dmesg -T | grep -i xid` on its host"),
@@ -182,12 +183,15 @@ def _stuck(summary: Summary, head: Finding, activity: str) -> Classification:
     advice = (f"rank {culprit}{' on ' + host if host else ''} is {activity}", f"look at {where}")
     sick_host = "uninterruptible" in activity and host
     sick_host = sick_host and len(set(summary.hosts.values())) > 1
-    restart = (RestartAction.restart_excluding_hosts, "the host's filesystem or device is hung",
-               (host,)) if sick_host else (RestartAction.restart, "a stuck loader, IO or lock is often transient; "
-                                           "if the same rank sticks again after a restart, it is the program", ())
-    return Classification(HangKind.stuck_outside_collective, f"rank(s) {_r(head.ranks)} are alive but outside every "
-                          f"collective, {activity}, while the others wait in {head.op} (seq {head.seq})", advice,
-                          restart[0], restart[1], tuple(restart[2]))
+    reason = (f"rank(s) {_r(head.ranks)} are alive but outside every collective, {activity}, while the others "
+              f"wait in {head.op} (seq {head.seq})")
+    if sick_host:
+        return Classification(HangKind.stuck_outside_collective, reason, advice,
+                              RestartAction.restart_excluding_hosts, "the host's filesystem or device is hung",
+                              (str(host),))
+    return Classification(HangKind.stuck_outside_collective, reason, advice, RestartAction.restart,
+                          "a stuck loader, IO or lock is often transient; if the same rank sticks again after a "
+                          "restart, it is the program")
 
 
 def _lost(summary: Summary, head: Finding) -> Classification:
@@ -255,9 +259,10 @@ def _without_finding(summary: Summary) -> Classification:
             HangKind.collective_stalled, f"every rank entered the same collective ({op}) and it never completed: "
             "the problem is below the program (GPU kernel, NVLink/network or NCCL)",
             ("run NCCL's RAS client `ncclras` (NCCL >= 2.24) on a node of the job while it hangs",
-             f"the kernel log on {', '.join(hosts) or 'every host'}: `dmesg -T | grep -i xid` (GPU errors), link "
-             "and NIC errors", "with ncclx.flight_recorder.timing=true the dumps tell started from completed per "
-             "rank; rerun with NCCL_DEBUG=INFO"),
+             (f"the kernel log on {', '.join(hosts) or 'every host'}: `dmesg -T | grep -i xid` (GPU errors), "
+              "link and NIC errors"),
+             ("with ncclx.flight_recorder.timing=true the dumps tell started from completed per rank; rerun "
+              "with NCCL_DEBUG=INFO")),
             RestartAction.restart, "the program agrees on every rank; a transient network or GPU fault is likely")
     if _phases(summary) == {"idle"}:
         return Classification(HangKind.teardown, "training had ended on every rank (phase idle) and the dumps agree",

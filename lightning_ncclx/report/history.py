@@ -15,9 +15,10 @@ import os
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "teardown", "no_hang"})

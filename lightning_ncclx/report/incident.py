@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from lightning_ncclx.analysis.model import Summary
 
@@ -20,7 +21,7 @@ _JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "TORCHELAS
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")
 
 
 def _dump_times(folder: Path) -> list[float]:
@@ -47,7 +48,7 @@ def incident_info(summary: Summary, folder: Path, environ: Mapping[str, str] | N
     env = os.environ if environ is None else environ
     times = _dump_times(folder)
     job_id = next((env[v] for v in _JOB_VARIABLES if env.get(v) and env.get(v) != "none"), None)
-    now = datetime.now(timezone.utc).timestamp() if now is None else now
+    now = datetime.now(UTC).timestamp() if now is None else now
     return {
         "event": str(summary.context.get("event") or folder.name),
         "run_id": run_id_from_environment(dict(env)) or _run_folder(folder).name,

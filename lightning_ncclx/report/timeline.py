@@ -4,8 +4,8 @@ same share a row (a 1024-rank job fits on one screen). Pure; rendering is in ``h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from lightning_ncclx.analysis.model import RankRow, Summary, TimelineOp
 from lightning_ncclx.report.text import display_rows

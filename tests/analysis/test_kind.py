@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from synth import collectives, dump, write
 
 from lightning_ncclx.analysis import analyze_folder
 from lightning_ncclx.analysis.kind import HangKind, RestartAction, classify
 from lightning_ncclx.config import HANG_KINDS, WatchdogConfig, exit_code_for
 from lightning_ncclx.errors import ConfigError
-from synth import collectives, dump, write
 
 GROUPS = {"0": ("default_pg", [0, 1, 2])}
 

@@ -34,7 +34,7 @@ def test_a_large_job_fits_in_a_few_rows_centred_on_the_divergence(tmp_path):
 
 def test_an_undefined_group_is_named_by_its_ranks(tmp_path):
     groups = {"0": ("default_pg", [0, 1, 2]), "1": ("undefined", [1, 2])}
-    sub = dict(pg=("1", "undefined"))
+    sub = {"pg": ("1", "undefined")}
     for r in range(3):
         es = collectives(3, last_state="completed")
         if r == 1:
