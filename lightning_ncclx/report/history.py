@@ -191,6 +191,9 @@ def _print_tables(incidents: list[Incident], result: dict[str, Any], last: int, 
                       ", ".join(i.culprit_hosts) or "-", i.call_site or "-")
     console.print(table)
     console.print("by kind: " + ", ".join(f"{k} {n}" for k, n in result["by_kind"].items()))
+    for name, key in (("host", "by_host"), ("rank", "by_rank")):
+        if result[key]:
+            console.print(f"by culprit {name}: " + ", ".join(f"{k} {n}" for k, n in list(result[key].items())[:8]))
     if result["by_call_site"]:
         console.print("program errors by call site: " + "; ".join(f"{s} ({n})" for s, n in
                                                                    list(result["by_call_site"].items())[:5]))

@@ -109,6 +109,7 @@ def test_history_command_prints_a_table_json_and_the_exclude_list(runs, tmp_path
     assert text.returncode == 1, text.stderr
     assert "5 incident(s) in 4 run(s)" in text.stdout and "rank_lost" in text.stdout
     assert "RECURRING host gpu-17: 3 of the last 5 incidents, 2 of them rank_lost" in text.stdout
+    assert "by culprit host: gpu-17 3, gpu-3 2" in text.stdout and "by culprit rank: 2 3, 3 2" in text.stdout
     assert "exclude: gpu-17" in text.stdout and "--exclude=gpu-17" in text.stdout
     as_json = _cli(str(runs), "--format", "json")
     data = json.loads(as_json.stdout)
