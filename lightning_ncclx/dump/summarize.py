@@ -39,6 +39,10 @@ class CollectionResult:
     """Rank -> folder its files were written to after being pulled through the store."""
     verdict: str | None = None
     culprit_ranks: list[int] = field(default_factory=list)
+    hang_kind: str | None = None
+    """``summary.json``'s hang kind (None when the analysis failed): pass it to
+    :func:`lightning_ncclx.config.exit_code_for` for the exit status."""
+    restart_advice: dict[str, Any] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
     text: str | None = None
 
@@ -145,6 +149,11 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
     if summary is not None:
         result.verdict = str(getattr(summary, "verdict", None))
         result.culprit_ranks = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
+        try:
+            result.hang_kind = summary.classification.kind.value
+            result.restart_advice = summary.classification.restart_advice()
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] classifying the hang failed", rank, exc_info=True)
         _write_collection(result)
     return result
 
@@ -180,6 +189,8 @@ def _write_collection(result: CollectionResult) -> None:
         "gathered": {str(k): v for k, v in result.gathered.items()},
         "verdict": result.verdict,
         "culprit_ranks": result.culprit_ranks,
+        "hang_kind": result.hang_kind,
+        "restart_advice": result.restart_advice,
     }
     try:
         atomic_write_text(result.folder / COLLECTION_FILE, json.dumps(data, indent=2))
