@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,6 +92,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--launchers", default="popen")
     parser.add_argument("--timeout", type=float, default=150.0)
+    parser.add_argument("--keep", type=Path, default=None, help="copy the log of each run that did not exit 75 here")
     args = parser.parse_args()
     rows = []
     for launcher in args.launchers.split(","):
@@ -98,6 +100,9 @@ def main() -> int:
         for i in range(args.runs):
             with tempfile.TemporaryDirectory(prefix=f"exit-{launcher}-") as tmp:
                 code = run_once(launcher, Path(tmp), args.timeout)
+                if args.keep is not None and code != 75:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(Path(tmp) / "job.log", args.keep / f"{launcher}-{i + 1}-exit{code}.log")
             seen["timeout" if code is None else str(code)] += 1
             print(f"{launcher} run {i + 1}/{args.runs}: exit {code}", flush=True)
         rows.append((launcher, args.runs, ", ".join(f"{k} x{v}" for k, v in sorted(seen.items()))))

@@ -3,7 +3,8 @@ ends with the stall summary the watchdog wrote.
 
 It runs the FSDP recipe with ``trainer=ddp_sim model=gpt_tiny +fault=skip_collective``: at batch
 3 rank 2 skips an all_reduce that ranks 0 and 1 enter. The watchdog notices within 10 s, dumps
-every rank, summarizes and ends the job (on_stall=dump_and_exit, exit code 75). The demo then
+every rank, summarizes and ends the job (on_stall=dump_and_exit, with the exit status of the hang
+kind: 76 for a program divergence, by default). The demo then
 prints ``stall-001/summary.txt`` and where the dump folder and ``summary.html`` are, and exits 0
 when the summary names rank 2. About a minute on 2 cores.
 
@@ -20,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from lightning_ncclx.config import WatchdogConfig, exit_code_for
+
 HERE = Path(__file__).resolve().parent
-STALL_EXIT_CODE = 75
 
 
 def main() -> int:
@@ -56,8 +58,7 @@ def main() -> int:
             except ProcessLookupError:
                 pass
             job.wait()
-    print(f"demo: the job ended after {time.monotonic() - started:.0f} s with exit code {code} "
-          f"(expected {STALL_EXIT_CODE}: the watchdog's dump_and_exit)")
+    print(f"demo: the job ended after {time.monotonic() - started:.0f} s with exit code {code}")
     stall = out / "ncclx_dumps" / "stall-001"
     summary_txt, summary_json = stall / "summary.txt", stall / "summary.json"
     if not summary_txt.is_file():
@@ -71,9 +72,12 @@ def main() -> int:
     print(f"report      : {stall / 'summary.html'}")
     print(f"job log     : {log_path}")
     print(f"again       : lightning-ncclx summarize {stall}")
-    culprits = json.loads(summary_json.read_text()).get("culprit_ranks", []) if summary_json.is_file() else []
-    if code == STALL_EXIT_CODE and args.rank in culprits:
-        print(f"demo: OK - the summary names rank {args.rank}, the rank that caused the hang")
+    summary = json.loads(summary_json.read_text()) if summary_json.is_file() else {}
+    culprits, kind = summary.get("culprit_ranks", []), summary.get("hang_kind")
+    expected = exit_code_for(kind, WatchdogConfig())
+    if code == expected and args.rank in culprits:
+        print(f"demo: OK - the summary names rank {args.rank}, the rank that caused the hang; kind {kind}, "
+              f"exit status {code} (ncclx.watchdog.exit_codes)")
         return 0
     print(f"demo: unexpected outcome (exit code {code}, culprit ranks {culprits})", file=sys.stderr)
     return 1

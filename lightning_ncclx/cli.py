@@ -1,4 +1,5 @@
-"""The ``lightning-ncclx`` command: ``summarize`` a folder of dumps, ``doctor`` the set-up.
+"""The ``lightning-ncclx`` command: ``summarize`` a folder of dumps, ``history`` of incidents
+across runs, ``doctor`` the set-up.
 
 Exit codes: 0 all is well (no hang found / set-up sound), 1 a finding (a hang was diagnosed /
 the set-up is broken), 2 bad input (unreadable path, wrong arguments).
@@ -7,6 +8,7 @@ Examples::
 
     lightning-ncclx summarize outputs/2026-11-30/ncclx_dumps/stall-001
     lightning-ncclx summarize ~/.cache/torch --format json --output summary.json
+    lightning-ncclx history outputs/ /shared/old-runs --format json
     lightning-ncclx doctor
 """
 
@@ -36,6 +38,15 @@ def _build_parser() -> argparse.ArgumentParser:
     summarize.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text")
     summarize.add_argument("--output", "-o", type=Path, default=None, help="write the report here instead of stdout")
 
+    history = commands.add_parser(
+        "history", help="tally every incident (summary.json) under the paths by kind, host, rank and call site")
+    history.add_argument("paths", type=Path, nargs="+", help="folders of runs or incidents (searched recursively)")
+    history.add_argument("--format", choices=("text", "json"), default="text")
+    history.add_argument("--last", type=int, default=20, help="how many recent incidents count for recurrence "
+                         "(0: all)")
+    history.add_argument("--min-count", type=int, default=2,
+                         help="incidents a host must be behind to be flagged and listed for --exclude")
+
     doctor = commands.add_parser("doctor", help="report torch/Lightning/NCCL versions and the flight-recorder set-up")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
@@ -51,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         from lightning_ncclx.report.summarize_command import run_summarize
 
         return run_summarize(args.path, fmt=args.format, output=args.output)
+    if args.command == "history":
+        from lightning_ncclx.report.history import run_history
+
+        return run_history(args.paths, fmt=args.format, last=args.last, min_count=args.min_count)
     if args.command == "doctor":
         from lightning_ncclx.backend.doctor import run_doctor
 

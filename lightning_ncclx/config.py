@@ -33,6 +33,16 @@ class StallAction(str, Enum):
     """Write the dumps and the summary, then end every rank with ``exit_code``."""
 
 
+HANG_KINDS = ("program_divergence", "argument_mismatch", "stuck_outside_collective", "rank_lost",
+              "collective_stalled", "teardown", "unknown", "no_hang")
+"""The values of :class:`lightning_ncclx.analysis.kind.HangKind` (kept here: config imports no analysis)."""
+
+DEFAULT_EXIT_CODES = {"program_divergence": 76, "argument_mismatch": 76, "teardown": 76,
+                      "stuck_outside_collective": 75, "rank_lost": 75, "collective_stalled": 75, "unknown": 75}
+"""Kinds a restart cannot fix (the program must change; or training had ended) end with 76, the
+others with 75 (EX_TEMPFAIL: worth a restart)."""
+
+
 class EnvPrecedence(str, Enum):
     """Who wins when a recorder variable is already set in the environment."""
 
@@ -182,7 +192,11 @@ class WatchdogConfig:
     on_stall: StallAction = StallAction.dump
     """``dump``: dump, summarize, keep waiting. ``dump_and_exit``: then end every rank."""
     exit_code: int = 75
-    """Exit code of every rank after ``dump_and_exit`` (75 = EX_TEMPFAIL)."""
+    """Exit code of every rank after ``dump_and_exit`` (75 = EX_TEMPFAIL), for every hang kind
+    that ``exit_codes`` does not name (and when the analysis failed)."""
+    exit_codes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_EXIT_CODES))
+    """Exit code per hang kind after ``dump_and_exit``, so a job wrapper, torchrun's
+    ``--max-restarts`` or SLURM's ``--requeue`` restarts only what a restart can fix."""
     max_dumps_per_run: int = 3
     """Coordinated stall dumps per run; later stalls are only logged."""
     dump_on_exception: bool = True
@@ -220,6 +234,7 @@ class WatchdogConfig:
             self.exit_code,
             "expected an exit code from 1 to 255",
         )
+        _check_exit_codes(f"{key}.exit_codes", self.exit_codes)
         _non_negative_int(f"{key}.max_dumps_per_run", self.max_dumps_per_run)
         _non_negative_int(f"{key}.max_on_demand_dumps", self.max_on_demand_dumps)
         if self.on_demand_file is not None:
@@ -247,6 +262,28 @@ class WatchdogConfig:
                 f"{key}.auto.floor_seconds={self.auto.floor_seconds} is longer than "
                 f"{key}.train_step_seconds={self.train_step_seconds}, the upper bound of the learned threshold"
             )
+
+
+def _check_exit_codes(key: str, codes: Any) -> None:
+    _require(isinstance(codes, Mapping), key, codes, "expected a mapping from hang kind to exit code")
+    for kind, code in codes.items():
+        _require(kind in HANG_KINDS, f"{key}.{kind}", code,
+                 f"unknown hang kind; expected one of {', '.join(HANG_KINDS)}")
+        _require(isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255, f"{key}.{kind}", code,
+                 "expected an exit code from 0 to 255")
+
+
+def exit_code_for(kind: Any, watchdog: WatchdogConfig) -> int:
+    """The exit status for a job that ``dump_and_exit`` ends after a hang of ``kind`` (a
+    ``HangKind``, its string value, or None when the analysis did not run).
+
+    Example::
+
+        exit_code_for("rank_lost", WatchdogConfig())           # 75: restart
+        exit_code_for("program_divergence", WatchdogConfig())  # 76: fix the program first
+    """
+    name = getattr(kind, "value", kind)
+    return int(watchdog.exit_codes.get(name, watchdog.exit_code)) if isinstance(name, str) else watchdog.exit_code
 
 
 @dataclass(kw_only=True)

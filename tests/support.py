@@ -97,3 +97,18 @@ def contexts(folder: Path) -> dict[int, dict[str, Any]]:
         data = json.loads(path.read_text())
         out.setdefault(int(data["rank"]), data)
     return out
+
+
+class FakeClock:
+    """A clock the test moves by hand; also a ``sleep`` that only moves it."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    sleep = advance

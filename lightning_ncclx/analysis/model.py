@@ -7,6 +7,7 @@ only what a report shows becomes a dataclass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
@@ -324,9 +325,19 @@ class Summary:
             return self.findings[0].message
         return self.notes[0] if self.notes else "no hang: all ranks agree"
 
+    @cached_property
+    def classification(self) -> Any:
+        """The hang kind, advice and restart decision (:func:`lightning_ncclx.analysis.kind.classify`)."""
+        from lightning_ncclx.analysis.kind import classify
+
+        return classify(self)
+
     def to_dict(self) -> dict[str, Any]:
+        c = self.classification
         return {
             "schema": self.schema, "source": self.source, "verdict": self.verdict.value,
+            "hang_kind": c.kind.value, "hang_kind_reason": c.reason, "advice": list(c.advice),
+            "restart_advice": c.restart_advice(), "hosts_to_exclude": list(c.hosts_to_exclude),
             "headline": self.headline,
             "culprit_ranks": list(self.culprit_ranks),
             "process_group": self.process_group.to_dict() if self.process_group else None,

@@ -14,7 +14,7 @@ Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d stor
 ``ev/<n>/blob/<r>``
     Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``).
 ``ev/<n>/done``
-    JSON ``{"exit": true, "code": int}``, set by the initiator once the summary is written, only
+    JSON ``{"exit": true, "code": int, "kind": str, "advice": {...}}``, set by the initiator once the summary is written, only
     when the job is to end (the other ranks wait for it, then leave).
 ``ev/<n>/leaving``
     Counter of ranks on their way out of an ending job.
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lightning_ncclx.dump.liveness import ProcessInfo, is_gone, state_of
+from lightning_ncclx.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,6 @@ def pack_files(files: list[Path]) -> bytes:
 
 def unpack_files(blob: bytes, folder: Path, skip: Callable[[str], bool] = lambda name: False) -> list[Path]:
     """Extract the regular files of a packed dump into ``folder`` (plain names only)."""
-    from lightning_ncclx.dump.writer import atomic_write_bytes
-
     written: list[Path] = []
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         for member in tar.getmembers():
@@ -318,9 +317,10 @@ class EventCoordinator:
             keys += self._rank_keys(event, rank)
         self._delete(keys)
 
-    def mark_done(self, event: EventInfo, exit_code: int) -> None:
-        """The job ends: every rank leaves with ``exit_code``."""
-        self.store.set(f"ev/{event.number}/done", json.dumps({"exit": True, "code": int(exit_code)}))
+    def mark_done(self, event: EventInfo, exit_code: int, kind: str | None = None, advice: dict | None = None) -> None:
+        """The job ends: every rank leaves with ``exit_code`` (and hears the hang kind)."""
+        done = {"exit": True, "code": int(exit_code), "kind": kind, "advice": advice or {}}
+        self.store.set(f"ev/{event.number}/done", json.dumps(done, default=str))
 
     def leaving(self, event: EventInfo, timeout_seconds: float, poll_seconds: float = 0.1) -> None:
         """Say this rank exits; the store's host (rank 0) waits for the others first, so their

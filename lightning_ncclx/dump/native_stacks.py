@@ -21,14 +21,12 @@ import threading
 from pathlib import Path
 from typing import IO
 
+from lightning_ncclx.layout import native_stacks_path
+
 log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 1 << 20
 _FILE_LINE = re.compile(r'^\s{0,8}File "([^"\n]{1,4096})", line (\d{1,9}) in (\S{1,512})\s*$')
-
-
-def native_stacks_path(dump_dir: Path, rank: int) -> Path:
-    return Path(dump_dir) / f".rank_{rank:05d}.native-stacks.txt"
 
 
 class NativeStackTimer:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_ncclx.analysis.load import COLLECTION_FILE
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, unpack_files
-from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top, native_stacks_path
-from lightning_ncclx.dump.writer import atomic_write_bytes, atomic_write_text, rank_prefix
+from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top
+from lightning_ncclx.files import atomic_write_bytes, atomic_write_text
+from lightning_ncclx.layout import COLLECTION_FILE, CONTEXT_SUFFIX, GATHERED_FOLDER, NATIVE_STACKS_SUFFIX, native_stacks_path, rank_file, rank_prefix
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +39,17 @@ class CollectionResult:
     """Rank -> folder its files were written to after being pulled through the store."""
     verdict: str | None = None
     culprit_ranks: list[int] = field(default_factory=list)
+    hang_kind: str | None = None
+    """``summary.json``'s hang kind (None when the analysis failed): pass it to
+    :func:`lightning_ncclx.config.exit_code_for` for the exit status."""
+    restart_advice: dict[str, Any] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
     text: str | None = None
 
 
 def _has_local_copy(folder: Path, rank: int, files: list[str]) -> bool:
     prefix = rank_prefix(rank)
-    names = [n for n in files if n.startswith(prefix)] or [f"{prefix}.context.json"]
+    names = [n for n in files if n.startswith(prefix)] or [rank_file(rank, CONTEXT_SUFFIX)]
     return all((folder / n).is_file() for n in names)
 
 
@@ -63,7 +67,7 @@ def gather_missing(coordinator: EventCoordinator, event: EventInfo, folder: Path
                             coordinator.rank, rank, event.name)
                 continue
             host = str(meta.get("host") or "unknown-host").replace("/", "_") or "unknown-host"
-            target = folder / "ranks" / host
+            target = folder / GATHERED_FOLDER / host
             unpack_files(blob, target)
             gathered[rank] = str(target)
         except Exception:  # noqa: BLE001
@@ -145,6 +149,11 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
     if summary is not None:
         result.verdict = str(getattr(summary, "verdict", None))
         result.culprit_ranks = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
+        try:
+            result.hang_kind = summary.classification.kind.value
+            result.restart_advice = summary.classification.restart_advice()
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] classifying the hang failed", rank, exc_info=True)
         _write_collection(result)
     return result
 
@@ -156,7 +165,7 @@ def _native_stacks_of(folder: Path, rank: int) -> dict[str, str]:
     top = main_thread_top(source)
     if top is None:
         return {}
-    target = folder / f"{rank_prefix(rank)}.native-stacks.txt"
+    target = folder / rank_file(rank, NATIVE_STACKS_SUFFIX)
     try:
         with open(source, "rb") as handle:
             atomic_write_bytes(target, handle.read(MAX_READ_BYTES))
@@ -180,6 +189,8 @@ def _write_collection(result: CollectionResult) -> None:
         "gathered": {str(k): v for k, v in result.gathered.items()},
         "verdict": result.verdict,
         "culprit_ranks": result.culprit_ranks,
+        "hang_kind": result.hang_kind,
+        "restart_advice": result.restart_advice,
     }
     try:
         atomic_write_text(result.folder / COLLECTION_FILE, json.dumps(data, indent=2))

@@ -19,30 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lightning_ncclx.dump import traces
+from lightning_ncclx.files import atomic_write_bytes, atomic_write_text
+from lightning_ncclx.layout import CONTEXT_SUFFIX, STACKS_SUFFIX, rank_file, trace_file
 
 log = logging.getLogger(__name__)
 
 CONTEXT_SCHEMA = "lightning-ncclx/context/1"
 _RECORDER_ENV_PREFIXES = ("TORCH_FR_", "TORCH_NCCL_", "NCCL_DEBUG", "TORCH_DIST_USE_NCCL2")
-
-
-def rank_prefix(rank: int) -> str:
-    return f"rank_{rank:05d}"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def format_stacks() -> str:
@@ -143,17 +126,16 @@ def write_rank_dump(
     """
     identity = _process_identity()
     rank = int(identity["rank"])
-    prefix = rank_prefix(rank)
     written: list[Path] = []
     trace_files: list[str] = []
     try:
         for tag, data in traces.dump_traces(stack_traces=stack_traces).items():
-            name = f"{prefix}.{tag}.fr.pkl"
+            name = trace_file(rank, tag)
             written.append(atomic_write_bytes(folder / name, data))
             trace_files.append(name)
     except Exception:  # noqa: BLE001
         log.warning("[rank %s] writing flight-recorder traces failed", rank, exc_info=True)
-    stacks_name = f"{prefix}.stacks.txt"
+    stacks_name = rank_file(rank, STACKS_SUFFIX)
     try:
         written.append(atomic_write_text(folder / stacks_name, format_stacks()))
     except Exception:  # noqa: BLE001
@@ -187,7 +169,7 @@ def write_rank_dump(
             context[key] = progress[key]
     try:
         text = json.dumps(context, indent=2, sort_keys=False, default=str)
-        written.append(atomic_write_text(folder / f"{prefix}.context.json", text))
+        written.append(atomic_write_text(folder / rank_file(rank, CONTEXT_SUFFIX), text))
     except Exception:  # noqa: BLE001
         log.warning("[rank %s] writing context.json failed", rank, exc_info=True)
     return written

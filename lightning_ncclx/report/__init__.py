@@ -24,9 +24,12 @@ from lightning_ncclx.report.text import render_markdown, render_text
 __all__ = ["render_html", "render_json", "render_markdown", "render_text", "write_atomic", "write_reports"]
 
 
-def render_json(summary: Summary) -> str:
-    """The documented JSON form (``docs/summary-json.md``)."""
-    return json.dumps(summary.to_dict(), indent=2, sort_keys=False) + "\n"
+def render_json(summary: Summary, incident: dict | None = None) -> str:
+    """The documented JSON form (``docs/summary-json.md``), with the ``incident`` block when given."""
+    data = summary.to_dict()
+    if incident is not None:
+        data["incident"] = incident
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
 def write_atomic(path: Path, text: str) -> Path:
@@ -45,10 +48,14 @@ def write_atomic(path: Path, text: str) -> Path:
 
 
 def write_reports(summary: Summary, folder: str | os.PathLike) -> dict[str, Path]:
-    """Write summary.json, summary.txt and summary.html into ``folder``; returns format -> path."""
+    """Write summary.json, summary.txt and summary.html into ``folder``; returns format -> path.
+    ``summary.json`` carries the incident's identity (run, job, hosts, times; see ``incident.py``)."""
+    from lightning_ncclx.report.incident import incident_info, kept_incident
+
     folder = Path(folder)
+    incident = kept_incident(folder, incident_info(summary, folder))
     return {
-        "json": write_atomic(folder / "summary.json", render_json(summary)),
+        "json": write_atomic(folder / "summary.json", render_json(summary, incident)),
         "text": write_atomic(folder / "summary.txt", render_text(summary)),
         "html": write_atomic(folder / "summary.html", render_html(summary)),
     }

@@ -72,6 +72,6 @@ def _print_rich(text: str) -> None:
         sys.stdout.write(text)
         return
     styled = Text(text)
-    styled.highlight_words(["HANG:"], style="bold red")
+    styled.highlight_words(["HANG:", "KIND:"], style="bold red")
     styled.highlight_words(["NO HANG FOUND:"], style="bold green")
     Console(highlight=False).print(styled, end="")

@@ -44,10 +44,20 @@ def display_rows(summary: Summary, limit: int) -> tuple[RankRow, ...]:
     return tuple(sorted(chosen, key=lambda r: r.rank))
 
 
+def kind_lines(summary: Summary) -> list[str]:
+    """The hang kind with its reason, then what to do next and whether to restart."""
+    c = summary.classification
+    lines = [f"KIND: {c.kind.value} - {c.reason}"]
+    lines += [f"  next: {a}" for a in c.advice]
+    exclude = f" (exclude: {','.join(c.hosts_to_exclude)})" if c.hosts_to_exclude else ""
+    lines.append(f"  restart: {c.restart.value}{exclude} - {c.restart_reason}")
+    return lines
+
+
 def render_text(summary: Summary) -> str:
     """A report a person reads in ten seconds; plain ``str`` (no markup), fit for a log."""
     d = summary
-    out = []
+    out = kind_lines(d)
     if d.verdict is Verdict.NO_HANG:
         out.append("NO HANG FOUND: " + d.headline)
     else:
@@ -84,7 +94,10 @@ def render_text(summary: Summary) -> str:
 
 def render_markdown(summary: Summary) -> str:
     d = summary
-    out = [f"# Hang summary: `{d.verdict.value}`", "", f"**{d.headline}**", ""]
+    c = d.classification
+    out = [f"# Hang summary: `{d.verdict.value}`", "", f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
+    out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
+    out += [f"**{d.headline}**", ""]
     if d.verdict is not Verdict.NO_HANG:
         g = d.process_group
         out += ["| | |", "|---|---|", f"| culprit ranks | {_ranks(d.culprit_ranks)} |",

@@ -22,7 +22,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig
+from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.location import resolve_dump_dir
 from lightning_ncclx.dump.writer import cuda_index
 from lightning_ncclx.watchdog.heartbeat import Phase
@@ -81,6 +81,8 @@ class StallWatchdog(Callback):
                                       stack_traces=self.flight_recorder.stack_traces)
             runtime.on_dumped = lambda reason: self._record_event(trainer, runtime, reason)
             runtime.cuda_device = cuda_index(getattr(getattr(trainer, "strategy", None), "root_device", None))
+            runtime.on_summarized = lambda event, kind, advice: self._record_kind(trainer, event, kind, advice,
+                                                                                    self.config)
             runtime.start()
             self._runtime = runtime
             self._watch_checkpoints(trainer)
@@ -119,7 +121,8 @@ class StallWatchdog(Callback):
         the watchdog's exit status, this process exits with it too, as the popen launcher's
         does, instead of raising ``ProcessExitedException`` (which Python reports as 1)."""
         code = getattr(exception, "exit_code", None)
-        if type(exception).__name__ != "ProcessExitedException" or code != self.config.exit_code:
+        ours = {self.config.exit_code, *self.config.exit_codes.values()}
+        if type(exception).__name__ != "ProcessExitedException" or code not in ours:
             return
         log.error("the ranks ended with the stall watchdog's exit status %d (%s); exiting with it", code, exception)
         raise SystemExit(code) from exception
@@ -244,6 +247,21 @@ class StallWatchdog(Callback):
     # ------------------------------------------------------------------------------ helpers
     def _batches(self) -> int:
         return self._runtime.heartbeat.batches if self._runtime is not None else 0
+
+    @staticmethod
+    def _record_kind(trainer: Any, event: str, kind: str, advice: dict, config: WatchdogConfig) -> None:
+        """Watchdog thread, once the kind is known (the summarizing rank, or any rank told it on
+        the way out): the kind as a metric ``ncclx/hang_kind/<kind>`` (loggers take numbers) and
+        the exit status ``dump_and_exit`` maps it to. Loggers write on rank 0 only."""
+        metrics = {f"ncclx/hang_kind/{kind}": 1.0, "ncclx/hang_exit_code": float(exit_code_for(kind, config))}
+        log.warning("%s: hang kind %s; restart advice %s%s", event, kind, advice.get("action", "?"),
+                    f" excluding {','.join(advice['hosts_to_exclude'])}" if advice.get("hosts_to_exclude") else "")
+        for logger in list(getattr(trainer, "loggers", []) or []):
+            try:
+                logger.log_metrics(metrics, step=_global_step(trainer))
+                logger.save()
+            except Exception:  # noqa: BLE001
+                log.warning("recording the hang kind in %s failed", type(logger).__name__, exc_info=True)
 
     @staticmethod
     def _record_event(trainer: Any, runtime: WatchdogRuntime, reason: str) -> None:

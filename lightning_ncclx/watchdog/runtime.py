@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lightning_ncclx.config import StallAction, WatchdogConfig
+from lightning_ncclx.config import StallAction, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_job_store
 from lightning_ncclx.dump.liveness import this_process
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
@@ -72,6 +72,8 @@ class WatchdogRuntime:
         """The rank's CUDA device index, for the memory figures in context.json."""
         self.on_dumped: Callable[[str], None] | None = None
         """Called from the watchdog thread after each dump of this rank, with the event's reason."""
+        self.on_summarized: Callable[[str, str, dict], None] | None = None
+        """Called on the initiating rank after an event's summary is written (hang kind known)."""
         self._exit_fn = exit_fn or _hard_exit
         self._event_lock = threading.Lock()
         self._stop = threading.Event()
@@ -252,15 +254,17 @@ class WatchdogRuntime:
             except Exception:  # noqa: BLE001
                 log.warning("[rank %d] clearing %s's store keys failed", self.rank, event.name, exc_info=True)
             if exit_job:
-                exit_code = self.exit_code_for(result)
+                exit_code = exit_code_for(result.hang_kind, self.config)
                 try:
-                    self.coordinator.mark_done(event, exit_code)
+                    self.coordinator.mark_done(event, exit_code, result.hang_kind, result.restart_advice)
                 except Exception:  # noqa: BLE001
                     log.warning("[rank %d] marking %s done failed", self.rank, event.name, exc_info=True)
         elif exit_job:
             try:
                 done = self.coordinator.wait_done(event, self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS)
                 exit_code = _code_from(done, exit_code)
+                if done is not None:
+                    self._report_kind(event, done.get("kind"), done.get("advice"))
             except Exception:  # noqa: BLE001 - the store is gone: the initiator's host has exited
                 log.debug("waiting for the summary failed", exc_info=True)
         if exit_job and initiator and event.reason == "exception":
@@ -269,9 +273,13 @@ class WatchdogRuntime:
             self._exit_job(event, exit_code)
         return result
 
-    def exit_code_for(self, result: CollectionResult) -> int:
-        """The exit status every rank leaves with after ``result``'s event."""
-        return self.config.exit_code
+    def _report_kind(self, event: EventInfo, kind: str | None, advice: dict | None) -> None:
+        if self.on_summarized is None or not kind:
+            return
+        try:
+            self.on_summarized(event.name, kind, advice or {})
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] recording the hang kind of %s failed", self.rank, event.name, exc_info=True)
 
     def _summarize(self, event: EventInfo, folder: Path) -> CollectionResult:
         result = collect_and_summarize(
@@ -280,6 +288,7 @@ class WatchdogRuntime:
             gather_through_store=self.config.gather_through_store,
         )
         self.results.append(result)
+        self._report_kind(event, result.hang_kind, result.restart_advice)
         header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
                   + (f", NO dump from ranks {result.missing_ranks}" if result.missing_ranks else "")
                   + (f" (process gone: ranks {result.gone_ranks})" if result.gone_ranks else "")

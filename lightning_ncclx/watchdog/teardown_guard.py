@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from lightning_ncclx.layout import teardown_stacks_path
+
 log = logging.getLogger(__name__)
 
 _armed: dict[str, object] = {}
@@ -44,7 +46,7 @@ def _start_timer() -> None:
 
 def _on_hang(*, dump_dir: Path, rank: int, seconds: float, exit_code: int | None,
              write_stacks: Callable[[], str], hard_exit: Callable[[int], None]) -> None:
-    path = dump_dir / f"teardown-rank{rank}.stacks.txt"
+    path = teardown_stacks_path(dump_dir, rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(write_stacks(), encoding="utf-8")

@@ -10,17 +10,9 @@ import torch.distributed as dist
 
 from lightning_ncclx.dump.coordinator import EventCoordinator, pack_files, unpack_files
 from lightning_ncclx.dump.summarize import collect_and_summarize, gather_missing
+from support import FakeClock
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def coordinators(world: int, clock: FakeClock | None = None) -> list[EventCoordinator]:
@@ -76,7 +68,7 @@ def test_a_new_watchdog_on_the_same_store_starts_after_the_earlier_events() -> N
 
 
 def test_wait_for_dumps_names_what_arrived_by_the_deadline(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     r0, r1, r2 = coordinators(3, clock)
     event = r0.propose("stall")
     for rank in (r0, r2):

@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 
 from lightning_ncclx.dump.traces import backends_in_use, fix_pg_config
-from lightning_ncclx.dump.writer import atomic_write_text, format_stacks, write_rank_dump
+from lightning_ncclx.dump.writer import format_stacks, write_rank_dump
+from lightning_ncclx.files import atomic_write_text
 
 
 @pytest.fixture

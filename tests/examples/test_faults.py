@@ -12,6 +12,7 @@ from support import PYTHON, REPO_ROOT, run_job
 
 EXAMPLES = REPO_ROOT / "examples"
 STALL_EXIT_CODE = 75
+PROGRAM_ERROR_EXIT_CODE = 76
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -32,15 +33,16 @@ def summary_of(out: Path, log: str) -> tuple[Path, dict]:
 
 
 @pytest.mark.parametrize(
-    ("app", "strategy", "fault", "extra", "culprit"),
+    ("app", "strategy", "fault", "extra", "culprit", "exit_code"),
     [
-        ("train_ddp", "ddp_ncclx", "wrong_op", [], 1),
-        ("train_fsdp", "fsdp2_ncclx", "stuck", [], 0),
-        ("train_ddp", "ddp_ncclx", "stuck", ["fault.where=loader"], 1),
+        ("train_ddp", "ddp_ncclx", "wrong_op", [], 1, PROGRAM_ERROR_EXIT_CODE),  # argument_mismatch
+        ("train_fsdp", "fsdp2_ncclx", "stuck", [], 0, STALL_EXIT_CODE),
+        ("train_ddp", "ddp_ncclx", "stuck", ["fault.where=loader"], 1, STALL_EXIT_CODE),
     ],
     ids=["ddp-wrong_op", "fsdp2-stuck_in_step", "ddp-stuck_in_loader"],
 )
-def test_fault_preset_ends_in_a_summary_naming_the_culprit(tmp_path: Path, app, strategy, fault, extra, culprit) -> None:
+def test_fault_preset_ends_in_a_summary_naming_the_culprit(tmp_path: Path, app, strategy, fault, extra, culprit,
+                                                           exit_code) -> None:
     out = tmp_path / "run"
     result = run_job(
         [PYTHON, str(EXAMPLES / f"{app}.py"), f"hydra.run.dir={out}", f"strategy={strategy}", "trainer=ddp_sim",
@@ -48,7 +50,7 @@ def test_fault_preset_ends_in_a_summary_naming_the_culprit(tmp_path: Path, app, 
          "ncclx.flight_recorder.buffer_size=3000", "ncclx.watchdog.train_step_seconds=8"],
         cwd=tmp_path, timeout=200,
     )
-    assert result.returncode == STALL_EXIT_CODE, result.tail()
+    assert result.returncode == exit_code, result.tail()
     stall, summary = summary_of(out, result.output)
     assert culprit in summary["culprit_ranks"], (summary.get("verdict"), summary["culprit_ranks"])
     assert summary["verdict"]

@@ -31,9 +31,11 @@ def hung(tmp_path):
 def test_text_is_plain_and_leads_with_the_culprit(hung):
     text = render_text(hung)
     assert isinstance(text, str) and "[bold" not in text and "\x1b[" not in text
-    first = text.splitlines()[:5]
-    assert first[0] == "HANG: not_entered - culprit rank(s) 1"
-    assert any("train.py:7 in load_batch" in line for line in first)
+    first = text.splitlines()[:8]
+    assert first[0].startswith("KIND: stuck_outside_collective - rank(s) 1 are alive but outside every collective")
+    assert first[1].startswith("  next: ") and any(line.startswith("  restart: restart - ") for line in first)
+    assert "HANG: not_entered - culprit rank(s) 1" in first
+    assert "train.py:7 in load_batch" in first[0]
 
 
 def test_json_is_the_documented_form(hung):
@@ -56,7 +58,8 @@ def test_markdown_has_the_table(hung):
 
 def test_html_is_self_contained_with_a_timeline(hung):
     page = render_html(hung)
-    assert "<svg" in page and "rank 1" in page and "outside_collective" in page
+    assert 'id="verdict"' in page and 'id="culprit-stop"' in page and ">rank 1</div>" in page
+    assert "outside collectives, in its code" in page and "stuck_outside_collective" in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     assert "<link" not in page and "<script src" not in page
 
@@ -85,10 +88,11 @@ def test_html_embeds_the_json_so_a_path_cannot_close_the_script_tag(tmp_path):
     for r in range(2):
         write(folder, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(5 if r else 6, last_state="started"), groups))
     page = render_html(analyze_folder(folder))
-    assert page.count("</script>") == 1
+    assert page.count("</script>") == 2  # the embedded JSON's and the click handler's, nothing from the path
+    assert "<b>x" not in page
     start = page.index('id="summary">') + len('id="summary">')
-    embedded = json.loads(page[start:page.index("</script>")].replace("<\\/", "</"))
-    assert embedded["verdict"] == "not_entered"
+    embedded = json.loads(page[start:page.index("</script>", start)])
+    assert embedded["verdict"] == "not_entered" and embedded["source"] == str(folder)
 
 
 def test_a_culprit_beyond_the_first_256_ranks_is_in_the_html_table_and_timeline(tmp_path):
@@ -110,5 +114,5 @@ def test_a_culprit_beyond_the_first_256_ranks_is_in_the_html_table_and_timeline(
     assert s.culprit_ranks == (290,)
     page = render_html(s)
     assert '<tr class="culprit"><td>290</td>' in page
-    assert ">rank 290</text>" in page
+    assert ">rank 290</div>" in page and 'id="culprit-stop"' in page
     assert "| 290 |" in render_markdown(s)

@@ -23,6 +23,8 @@ JOB = Path(__file__).parent / "jobs" / "train_job.py"
 REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_SECONDS = 120.0
 STALL_EXIT_CODE = 75
+PROGRAM_ERROR_EXIT_CODE = 76
+"""``exit_codes`` default for program_divergence and argument_mismatch: restarting would hang again."""
 
 
 def free_port() -> int:

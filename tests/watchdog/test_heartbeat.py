@@ -8,24 +8,16 @@ import pytest
 
 from lightning_ncclx.config import AutoThresholdConfig, WatchdogConfig
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+from support import FakeClock
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def make(auto: bool = False, **overrides) -> tuple[Heartbeat, FakeClock]:
     values = dict(first_step_seconds=100.0, train_step_seconds=10.0, validation_seconds=50.0, checkpoint_seconds=70.0,
                   auto=AutoThresholdConfig(enabled=auto, multiplier=3.0, floor_seconds=2.0, warmup_steps=3, window=4))
     values.update(overrides)
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     return Heartbeat(WatchdogConfig(**values), clock=clock), clock
 
 
@@ -151,7 +143,7 @@ def test_steps_are_counted_in_batches_not_optimizer_steps() -> None:
 
 
 def test_a_later_epochs_start_waits_with_the_validation_threshold_not_the_learned_step_one():
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     cfg = WatchdogConfig(train_step_seconds=100.0, validation_seconds=50.0,
                          auto=AutoThresholdConfig(multiplier=2.0, floor_seconds=1.0, warmup_steps=1))
     hb = Heartbeat(cfg, clock=clock)

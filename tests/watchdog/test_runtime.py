@@ -21,21 +21,14 @@ from lightning_ncclx.config import StallAction, WatchdogConfig
 from lightning_ncclx.watchdog import StallWatchdog
 from lightning_ncclx.watchdog.heartbeat import Phase
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
+from support import FakeClock
 
 
 def make_runtime(tmp_path: Path, **overrides) -> tuple[WatchdogRuntime, FakeClock, list[int]]:
     values = dict(train_step_seconds=5.0, first_step_seconds=5.0, collect_timeout_seconds=1.0,
                   auto={"enabled": False}, on_stall=StallAction.dump_and_exit)
     values.update(overrides)
-    clock, exits = FakeClock(), []
+    clock, exits = FakeClock(50.0), []
     runtime = WatchdogRuntime(WatchdogConfig(**values), tmp_path / "dumps", clock=clock, exit_fn=exits.append)
     return runtime, clock, exits
 
@@ -205,7 +198,7 @@ def test_callback_pickles_before_and_after_setup(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(callback)).runtime is None
 
 
-def _fit(trainer_module, callback, tmp_path: Path) -> None:
+def _fit(trainer_module, callback, tmp_path: Path):
     class Model(trainer_module.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -225,6 +218,7 @@ def _fit(trainer_module, callback, tmp_path: Path) -> None:
                                      logger=False, enable_progress_bar=False, enable_checkpointing=False,
                                      enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path)
     trainer.fit(Model(), data, data)
+    return trainer
 
 
 @pytest.mark.parametrize("package", ["lightning.pytorch", "pytorch_lightning"])
@@ -239,11 +233,18 @@ def test_single_process_fit_beats_and_stops_its_thread(tmp_path: Path, package: 
         return original(*args, **kwargs)
 
     callback.on_train_batch_end = spy
-    _fit(module, callback, tmp_path)
+    fds_before = set(os.listdir("/proc/self/fd"))
+    handler_before = signal.getsignal(signal.SIGUSR2)
+    trainer = _fit(module, callback, tmp_path)
     assert len(seen) == 6 and seen[0].heartbeat.batches == 6
     assert callback.runtime is None
     assert not [t for t in threading.enumerate() if t.name.startswith("ncclx-watchdog")]
-    assert not (tmp_path / "dumps").exists()
+    assert not (tmp_path / "dumps").exists()  # nothing dumped: no folder, no native-stacks file
+    assert signal.getsignal(signal.SIGUSR2) == handler_before
+    assert signal.set_wakeup_fd(-1) == -1
+    leaked = {fd for fd in set(os.listdir("/proc/self/fd")) - fds_before if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert not leaked, [os.readlink(f"/proc/self/fd/{fd}") for fd in leaked]
+    assert "save_checkpoint" not in vars(trainer)  # the Trainer's own method again
 
 
 def test_default_dump_dir_follows_default_root_dir(tmp_path: Path, monkeypatch) -> None:

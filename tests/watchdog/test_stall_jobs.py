@@ -13,6 +13,7 @@ import pytest
 
 from support import contexts
 from watchdog.harness import (
+    PROGRAM_ERROR_EXIT_CODE,
     STALL_EXIT_CODE,
     assert_culprit,
     assert_every_rank_dumped,
@@ -34,23 +35,28 @@ def _one_stall(result) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("fault", "culprit"),
+    ("fault", "culprit", "kind", "exit_code"),
     [
-        ("stuck_train", 1),       # rank 1 sleeps inside training_step, outside any collective
-        ("skip_collective", 2),   # rank 2 skips an all_reduce the others enter
-        ("other_collective", 1),  # rank 1 calls all_gather where the others call all_reduce
-        ("stuck_loader", 2),      # rank 2 blocks in its data loader
+        # rank 1 sleeps inside training_step, outside any collective
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE),
+        # rank 2 skips an all_reduce the others enter: the program's fault, exit_codes maps it to 76
+        ("skip_collective", 2, "program_divergence", PROGRAM_ERROR_EXIT_CODE),
+        # rank 1 calls all_gather where the others call all_reduce
+        ("other_collective", 1, "argument_mismatch", PROGRAM_ERROR_EXIT_CODE),
+        # rank 2 blocks in its data loader
+        ("stuck_loader", 2, "stuck_outside_collective", STALL_EXIT_CODE),
     ],
 )
-def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: int) -> None:
+def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: int, kind: str, exit_code: int) -> None:
     result = run_job(tmp_path, "--fault", fault, "--fault-rank", str(culprit), "--strategy", "ddp_ncclx")
-    assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
+    assert result.returncode == exit_code, result.log[-4000:]
     folder = _one_stall(result)
     found = assert_every_rank_dumped(folder, WORLD, result.log)
     assert found[culprit]["phase"] in ("train_step", "first_step")
     collection = json.loads((folder / "collection.json").read_text())
     assert collection["missing_ranks"] == []
     summary = assert_culprit(folder, culprit, result.log)
+    assert summary["hang_kind"] == kind
     if fault == "stuck_loader":  # the main thread's stack says where it waits
         detail = summary["findings"][0]["culprit_states"][0]["detail"]
         assert detail.startswith("outside any collective, waiting for the data loader: "), detail
@@ -67,13 +73,16 @@ def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
 
 def test_stall_is_recorded_in_the_trainers_logger(tmp_path: Path) -> None:
     """Recorded by rank 0's watchdog thread while its main thread is stuck, before the exit."""
-    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", "ddp_ncclx", "--csv-logger")
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "2", "--strategy", "ddp_ncclx",
+                     "--csv-logger")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
     metrics = list(tmp_path.rglob("metrics.csv"))
     assert len(metrics) == 1, f"expected rank 0's metrics.csv, found {metrics}"
     text = metrics[0].read_text()
     assert "ncclx/stall_events" in text.splitlines()[0]
     assert ",1.0" in text, text
+    # rank 0 initiated and summarized: the hang kind is a metric too (rank 2 sleeps in its own code)
+    assert "ncclx/hang_kind/stuck_outside_collective" in text.splitlines()[0], text
 
 
 def test_stuck_rank_stack_shows_where_it_waits(tmp_path: Path) -> None:

@@ -1,0 +1,334 @@
+"""What kind of hang a :class:`Summary` shows, what to look at next, and whether a restart helps.
+
+Pure functions of the summary (which already carries what the watchdog learnt when collecting:
+ranks whose process had exited, ranks alive but silent). The kinds follow the split a person on
+call has to make: our code (fix it; a restart hangs again), a sick host (restart without it), or
+the layer below the collective (collect NCCL's own evidence).
+
+Example::
+
+    verdict = classify(analyze_folder("ncclx_dumps/stall-001"))
+    print(verdict.kind.value, verdict.reason, verdict.restart.value, verdict.hosts_to_exclude)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from lightning_ncclx.analysis.model import CulpritState, Finding, Summary, Verdict
+
+
+class HangKind(str, Enum):
+    program_divergence = "program_divergence"
+    """A rank took another path: it never entered, skipped or added a collective, or called groups
+    in another order."""
+    argument_mismatch = "argument_mismatch"
+    """Every rank called the collective, with a different op, size or dtype."""
+    stuck_outside_collective = "stuck_outside_collective"
+    """A rank is alive but in the data loader, file IO, a checkpoint, a lock or user code."""
+    rank_lost = "rank_lost"
+    """A rank's process is gone (crash, OOM kill, node loss)."""
+    collective_stalled = "collective_stalled"
+    """Every rank entered the same collective and it never completed: GPU kernel, network, NCCL."""
+    teardown = "teardown"
+    """Training had ended: a rank hangs while the job shuts down."""
+    unknown = "unknown"
+    no_hang = "no_hang"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RestartAction(str, Enum):
+    restart = "restart"
+    restart_excluding_hosts = "restart_excluding_hosts"
+    do_not_restart = "do_not_restart"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The hang kind with its one-sentence reason, next steps, and the restart decision."""
+
+    kind: HangKind
+    reason: str
+    advice: tuple[str, ...]
+    restart: RestartAction
+    restart_reason: str
+    hosts_to_exclude: tuple[str, ...] = ()
+
+    def restart_advice(self) -> dict[str, Any]:
+        return {"action": self.restart.value, "reason": self.restart_reason,
+                "hosts_to_exclude": list(self.hosts_to_exclude)}
+
+
+_PROGRAM = (RestartAction.do_not_restart, "a restart runs the same code and hangs again: fix the program first")
+_ALIVE_PREFIX = "no dump, but its process was alive"
+
+
+def classify(summary: Summary) -> Classification:
+    """The :class:`Classification` of ``summary`` (see the module docstring). Never raises: the
+    reports must still be written when the evidence is odd."""
+    try:
+        return _classify(summary)
+    except Exception as exc:  # noqa: BLE001
+        return Classification(HangKind.unknown, f"the hang could not be classified ({type(exc).__name__}: {exc})",
+                              ("read the findings below",), RestartAction.restart,
+                              "nothing points at the program; a restart is the cheap test")
+
+
+def _classify(summary: Summary) -> Classification:
+    head = summary.findings[0] if summary.findings else None
+    if head is None:
+        return _without_finding(summary)
+    raised = {r: e for r, e in (summary.context.get("exceptions") or {}).items()
+              if str(r).isdigit() and int(r) in head.ranks and e}
+    if raised:
+        return _raised(summary, head, raised)
+    if _in_teardown(summary, head):
+        reason = f"training had ended (phase idle) when rank(s) {_r(head.ranks)} stopped: {head.message}"
+        advice = (("the job hangs while shutting down: look for a collective or barrier after trainer.fit "
+                   "(destroy_process_group, a final checkpoint or metric sync) that not every rank reaches"),
+                  "the run's checkpoints are complete; check the last one")
+        return Classification(HangKind.teardown, reason, advice, RestartAction.do_not_restart,
+                              "training had finished: restarting would redo work already done")
+    if head.kind in (Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH, Verdict.OP_MISMATCH):
+        return _mismatch(summary, head)
+    if head.kind is Verdict.NOT_ENTERED:
+        return _not_entered(summary, head)
+    return _missing(summary, head)
+
+
+# ------------------------------------------------------------------------------------ kinds
+def _mismatch(summary: Summary, head: Finding) -> Classification:
+    what = {Verdict.OP_MISMATCH: "op", Verdict.SIZE_MISMATCH: "size", Verdict.DTYPE_MISMATCH: "dtype"}[head.kind]
+    theirs = _site(summary, head.ranks)
+    others = _site(summary, head.waiting_ranks)
+    sites = next((e for e in head.evidence if e.startswith("call sites first differ")), None)
+    inside = all(c.state == "in_collective" for c in head.culprit_states) and head.culprit_states
+    if sites is None and not inside and not others.startswith("an unknown"):
+        # The recorder kept call sites and none differ: the culprit called it where the others did.
+        theirs = f"the same call site, {others} (it is now at {theirs})"
+    advice = [f"rank(s) {_r(head.ranks)} called it at {theirs}",
+              f"rank(s) {_r(head.waiting_ranks)} called it at {others}",
+              *([sites] if sites else []),
+              (f"make the {what} the same on every rank (look for a rank-dependent shape, a batch that is not "
+               "padded, or a dtype cast on one path)")]
+    return Classification(
+        HangKind.argument_mismatch, f"the ranks called {head.op} (seq {head.seq}) with a different {what}: "
+        f"{head.message.split(': ', 1)[-1]}", tuple(advice), *_PROGRAM)
+
+
+def _not_entered(summary: Summary, head: Finding) -> Classification:
+    states = head.culprit_states
+    if states and all(c.state == "outside_collective" for c in states):
+        activity = next((_activity(c) for c in states if _activity(c)), None)
+        if activity is not None:
+            return _stuck(summary, head, activity)
+        if any(e.startswith("call sites first differ") for e in head.evidence):
+            return _diverged(summary, head, f"it recorded other collectives than the others and is now outside "
+                             f"every collective while they wait in {head.op} (seq {head.seq}): it skipped it")
+        return _stuck(summary, head, f"in its own code at {_site(summary, head.ranks)}")
+    if states and all(c.state in ("process_gone",) for c in states):
+        return _lost(summary, head)
+    if states and any(c.state == "in_collective" for c in states):
+        inside = next(c for c in states if c.state == "in_collective")
+        where = _named(summary, inside.detail.removeprefix("in "))
+        return _diverged(summary, head, f"{where}, while the others wait in {head.op} "
+                         f"(seq {head.seq}) of group {_group_name(head)}: it skipped, added or reordered a collective")
+    return _diverged(summary, head, f"never entered {head.op} (seq {head.seq}) of group {_group_name(head)}")
+
+
+def _diverged(summary: Summary, head: Finding, what: str) -> Classification:
+    culprit = head.ranks[0] if head.ranks else None
+    site = _site(summary, head.ranks)
+    waiting_site = _site(summary, head.waiting_ranks)
+    advice = ((f"inspect the code of rank {culprit} at {site}: the branch or loop that lets this rank take another "
+               "path (a rank-dependent condition, early return, uneven data, an exception swallowed on one rank)"),
+              f"the waiting rank(s) {_r(head.waiting_ranks)} are in {head.op} called at {waiting_site}")
+    evidence = next((e for e in head.evidence if e.startswith(("call sites", "deadlock"))), None)
+    if evidence:
+        advice += (evidence,)
+    return Classification(HangKind.program_divergence, f"rank(s) {_r(head.ranks)} took another path: {what}",
+                          advice, *_PROGRAM)
+
+
+_WHERE_ADVICE = (
+    ("in its own code", ("the rank's own code there: a loop, sleep or wait that does not end on this rank; "
+                         "`py-spy dump --pid` on its host shows the whole stack")),
+    ("data loader", ("the data loader: look at its worker processes (`py-spy dump --pid` on them), the storage the "
+                     "dataset reads from, and give DataLoader a timeout= so a dead worker raises")),
+    ("checkpoint", ("checkpoint IO: check the filesystem the checkpoint is written to (free space, `dmesg` for "
+                    "NFS/Lustre errors) and whether every rank reaches the save")),
+    ("uninterruptible", ("the filesystem or a device: the process is in D state; `dmesg -T` on its host shows "
+                         "the hung mount or device")),
+    ("lock", "a lock, event or thread join: `py-spy dump --pid` shows which thread holds it"),
+    ("queue", "a queue: `py-spy dump --pid` shows which thread should feed it"),
+    ("GPU", "the GPU: a kernel that does not finish; `nvidia-smi` and `dmesg -T | grep -i xid` on its host"),
+    ("GIL", "native code holding the GIL: `py-spy dump --native --pid` on its host shows where"),
+    ("stopped", "a stopped process (SIGSTOP or a debugger): resume or kill it"),
+)
+
+
+def _stuck(summary: Summary, head: Finding, activity: str) -> Classification:
+    culprit = head.ranks[0]
+    what = activity.split(":")[0]
+    where = next((advice for key, advice in _WHERE_ADVICE if key in what),
+                 "the code it is in: `py-spy dump --pid` on its host shows the whole stack")
+    host = summary.hosts.get(culprit)
+    advice = (f"rank {culprit}{' on ' + host if host else ''} is {activity}", f"look at {where}")
+    sick_host = "uninterruptible" in activity and host
+    sick_host = sick_host and len(set(summary.hosts.values())) > 1
+    reason = (f"rank(s) {_r(head.ranks)} are alive but outside every collective, {activity}, while the others "
+              f"wait in {head.op} (seq {head.seq})")
+    if sick_host:
+        return Classification(HangKind.stuck_outside_collective, reason, advice,
+                              RestartAction.restart_excluding_hosts, "the host's filesystem or device is hung",
+                              (str(host),))
+    return Classification(HangKind.stuck_outside_collective, reason, advice, RestartAction.restart,
+                          "a stuck loader, IO or lock is often transient; if the same rank sticks again after a "
+                          "restart, it is the program")
+
+
+def _lost(summary: Summary, head: Finding) -> Classification:
+    hosts = tuple(sorted({summary.hosts[r] for r in head.ranks if r in summary.hosts}))
+    on = f" on {', '.join(hosts)}" if hosts else ""
+    advice = (f"the log of rank(s) {_r(head.ranks)}: its last lines before it exited",
+              f"the kernel log{on}: `dmesg -T | grep -i -e oom -e killed -e xid` (OOM killer, GPU errors)",
+              "the scheduler's record of the job (`sacct -j $SLURM_JOB_ID --format=JobID,State,ExitCode,NodeList`)")
+    if hosts and set(hosts) != set(summary.hosts.values()):  # never advise excluding every host of the job
+        return Classification(HangKind.rank_lost, f"the process of rank(s) {_r(head.ranks)}{on} was gone (crash, "
+                              "OOM kill or node loss) while the others waited for it", advice,
+                              RestartAction.restart_excluding_hosts, "a lost rank's host may be sick: restart "
+                              "without it (SLURM --exclude) unless its log shows a bug of the program", hosts)
+    return Classification(HangKind.rank_lost, f"the process of rank(s) {_r(head.ranks)} was gone (crash, OOM kill "
+                          "or node loss) while the others waited for it", advice, RestartAction.restart,
+                          "a lost rank is restartable; its host is unknown, so none can be excluded")
+
+
+_TRANSIENT = ("cuda", "nccl", "out of memory", "timeout", "timed out", "ecc", "connection", "socket", "broken pipe",
+              "xid", "device-side")
+
+
+def _raised(summary: Summary, head: Finding, raised: dict[str, str]) -> Classification:
+    rank, text = next(iter(sorted(raised.items(), key=lambda kv: int(kv[0]))))
+    host = summary.hosts.get(int(rank))
+    advice = (f"rank {rank}{' on ' + host if host else ''} raised {text}: its log has the traceback",
+              f"the others ({_r(head.waiting_ranks)}) wait for it in {head.op} (seq {head.seq})")
+    reason = f"rank {rank} raised an exception and left the collectives ({text.splitlines()[0][:200]})"
+    if any(word in text.lower() for word in _TRANSIENT):
+        return Classification(HangKind.rank_lost, reason, advice, RestartAction.restart,
+                              "the exception comes from the GPU, NCCL or the network: a restart may pass")
+    return Classification(HangKind.rank_lost, reason, advice, RestartAction.do_not_restart,
+                          "the program raised: a restart raises it again unless the cause was outside it")
+
+
+def _missing(summary: Summary, head: Finding) -> Classification:
+    states = {c.state for c in head.culprit_states}
+    if states == {"process_gone"}:
+        return _lost(summary, head)
+    silent = next((c for c in head.culprit_states if c.state == "no_answer"), None)
+    if silent is not None:
+        return _stuck(summary, head, _silent_activity(silent))
+    return Classification(
+        HangKind.unknown, f"rank(s) {_r(head.ranks)} left no dump and whether their process was alive is not "
+        "known (no collection.json from the watchdog, or a dump that was never written)",
+        (f"the log of rank(s) {_r(head.ranks)} and whether the process still runs on its host",
+         "summarize the dumps the watchdog collected (they carry collection.json) rather than loose files"),
+        RestartAction.restart, "nothing points at the program; a restart is the cheap test")
+
+
+def _without_finding(summary: Summary) -> Classification:
+    rows = [r for r in summary.per_rank if r.rank in set(summary.ranks_seen)]
+    if str(summary.context.get("event") or "").startswith("ondemand-"):
+        return Classification(HangKind.no_hang, "dumped on demand and the ranks agree: ranks inside the same "
+                              "collective at that instant is normal", (), RestartAction.restart,
+                              "nothing is wrong in the dumps")
+    if not summary.ranks_seen:
+        return Classification(HangKind.unknown, "no readable flight-recorder dump: nothing to decide from",
+                              ("check that the flight recorder is on (TORCH_FR_BUFFER_SIZE > 0) and the dump folder",),
+                              RestartAction.restart, "nothing points at the program; a restart is the cheap test")
+    if rows and all(r.state == "in_collective" for r in rows) and not summary.ranks_missing:
+        hosts = sorted(set(summary.hosts.values()))
+        op = rows[0].detail.removeprefix("in ")
+        return Classification(
+            HangKind.collective_stalled, f"every rank entered the same collective ({op}) and it never completed: "
+            "the problem is below the program (GPU kernel, NVLink/network or NCCL)",
+            ("run NCCL's RAS client `ncclras` (NCCL >= 2.24) on a node of the job while it hangs",
+             (f"the kernel log on {', '.join(hosts) or 'every host'}: `dmesg -T | grep -i xid` (GPU errors), "
+              "link and NIC errors"),
+             ("with ncclx.flight_recorder.timing=true the dumps tell started from completed per rank; rerun "
+              "with NCCL_DEBUG=INFO")),
+            RestartAction.restart, "the program agrees on every rank; a transient network or GPU fault is likely")
+    if _phases(summary) == {"idle"}:
+        return Classification(HangKind.teardown, "training had ended on every rank (phase idle) and the dumps agree",
+                              ("look for a barrier or collective after trainer.fit that not every rank reaches",),
+                              RestartAction.do_not_restart, "training had finished: restarting would redo work")
+    return Classification(HangKind.no_hang, "every rank agrees: no rank is missing from a collective",
+                          (), RestartAction.restart, "nothing is wrong in the dumps")
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _in_teardown(summary: Summary, head: Finding) -> bool:
+    phases = summary.context.get("phase_by_rank") or {}
+    culprit_phases = {phases.get(str(r)) for r in head.ranks} - {None}
+    return bool(culprit_phases) and culprit_phases == {"idle"} and _phases(summary) == {"idle"}
+
+
+def _phases(summary: Summary) -> set[str]:
+    return set((summary.context.get("phase_by_rank") or {}).values())
+
+
+def _activity(c: CulpritState) -> str | None:
+    prefix = "outside any collective, "
+    return c.detail[len(prefix):] if c.detail.startswith(prefix) else None
+
+
+def _silent_activity(c: CulpritState) -> str:
+    detail = c.detail.removeprefix(_ALIVE_PREFIX).lstrip(": ")
+    if "uninterruptible" in detail:
+        return f"in uninterruptible sleep ({detail})"
+    if "stopped" in detail:
+        return f"stopped ({detail})"
+    return f"holding the GIL in native code, as its watchdog could not run ({detail})"
+
+
+def _site(summary: Summary, ranks: tuple[int, ...]) -> str:
+    """The call site of the first of ``ranks`` whose location is known."""
+    where = {r.rank: r.location for r in summary.per_rank if r.location}
+    for f in summary.findings:
+        for c in f.culprit_states:
+            if c.location:
+                where.setdefault(c.rank, c.location)
+    from lightning_ncclx.analysis.frames import is_library_file
+
+    known = [str(where[r]) for r in ranks if where.get(r)]
+    user = [w for w in known if not is_library_file(w.rsplit(":", 1)[0])]
+    if user or known:
+        return (user or known)[0]
+    return "an unknown call site (no stack in the dump)"
+
+
+def _group_name(head: Finding) -> str:
+    g = head.group
+    if g.desc and g.desc != "undefined":
+        return g.desc
+    return f"{g.name} (ranks {_r(g.ranks)})" if g.ranks else g.name
+
+
+def _named(summary: Summary, text: str) -> str:
+    """torch names a group it was not told the name of "undefined": say its ranks instead."""
+    for f in summary.findings:
+        g = f.group
+        if g.desc in ("", "undefined") and g.ranks:
+            text = text.replace(f"group {g.name} (undefined)", f"group {g.name} (ranks {_r(g.ranks)})")
+    return text
+
+
+def _r(ranks: tuple[int, ...]) -> str:
+    ranks = tuple(ranks)
+    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{', '.join(map(str, ranks[:6]))}, ... ({len(ranks)})"

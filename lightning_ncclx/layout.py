@@ -1,0 +1,44 @@
+"""The on-disk contract of a dump folder, in one place: what the writer names each file, what
+the gatherer copies and what the loader looks for first. Format: ``docs/dump-format.md``.
+
+Example::
+
+    rank_file(3, "gloo.fr.pkl")   # "rank_00003.gloo.fr.pkl"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RANK_PREFIX = "rank_"
+COLLECTION_FILE = "collection.json"
+"""What the initiator knows about an event: who dumped, who is missing, gone or silent."""
+GATHERED_FOLDER = "ranks"
+"""``<event>/ranks/<host>/``: dumps pulled through the store from other hosts."""
+CONTEXT_SUFFIX = "context.json"
+STACKS_SUFFIX = "stacks.txt"
+NATIVE_STACKS_SUFFIX = "native-stacks.txt"
+TRACE_SUFFIX = "fr.pkl"
+EVENT_PREFIXES = ("stall-", "ondemand-", "exception-")
+
+
+def rank_prefix(rank: int) -> str:
+    return f"{RANK_PREFIX}{rank:05d}"
+
+
+def rank_file(rank: int, suffix: str) -> str:
+    """``rank_<R:05d>.<suffix>``."""
+    return f"{rank_prefix(rank)}.{suffix}"
+
+
+def trace_file(rank: int, backend_tag: str) -> str:
+    return rank_file(rank, f"{backend_tag}.{TRACE_SUFFIX}")
+
+
+def native_stacks_path(dump_dir: Path, rank: int) -> Path:
+    """Where a rank's faulthandler timer writes (the run's dump folder, hidden until needed)."""
+    return Path(dump_dir) / f".{rank_file(rank, NATIVE_STACKS_SUFFIX)}"
+
+
+def teardown_stacks_path(dump_dir: Path, rank: int) -> Path:
+    return Path(dump_dir) / f"teardown-rank{rank}.{STACKS_SUFFIX}"
