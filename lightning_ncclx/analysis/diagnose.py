@@ -8,7 +8,7 @@ from typing import Mapping
 
 from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
-from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, LoadedFolder, RankTrace,
+from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
 from lightning_ncclx.analysis.p2p import p2p_findings
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
@@ -168,6 +168,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
     missing_ranks = tuple(r for r in range(world) if r not in seen)
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")
+    notes.extend(loaded.warnings)
     head = findings[0] if findings else None
     return Summary(
         source=loaded.root, verdict=head.kind if head else Verdict.NO_HANG,
@@ -180,6 +181,9 @@ def analyze(loaded: LoadedFolder) -> Summary:
         per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts,
                            keep=tuple(r for f in findings for r in f.ranks)),
         context=_context_extras(loaded, world),
+        inputs=tuple(InputFile(t.path, t.rank, t.rank_from, t.lib, t.fmt, t.version, t.comm_lib_version, t.n_entries)
+                     for t in traces),
+        ignored=loaded.ignored, duplicates=loaded.duplicates,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from itertools import chain, repeat
 from functools import lru_cache
 from operator import gt, itemgetter
 from typing import Any
@@ -19,13 +20,22 @@ _INT = re.compile(r"-?\d+")
 _P2P = re.compile(r"^(send|recv)\s+(-?\d+|\?)\s*(->|<-)\s*(-?\d+|\?)")
 
 
+MAX_RANK = 1 << 20
+"""Group members at or beyond this (or negative) make a ``pg_config`` row malformed."""
+
+
 def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed."""
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return tuple(value)
-    if isinstance(value, str):
-        return _parse_rank_string(value)
-    return None
+    """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed
+    (anything but ints in ``[0, MAX_RANK)``, or more members than that)."""
+    if isinstance(value, (list, tuple)) and len(value) <= MAX_RANK and set(map(type, value)) <= {int}:
+        ranks = tuple(value)
+    elif isinstance(value, str) and len(value) < 16 * MAX_RANK:
+        ranks = _parse_rank_string(value)
+    else:
+        return None
+    if ranks and (min(ranks) < 0 or max(ranks) >= MAX_RANK):
+        return None
+    return ranks
 
 
 @lru_cache(maxsize=256)
@@ -45,11 +55,13 @@ def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     for key, row in raw.items():
         if not isinstance(row, dict):
             continue
-        name = str(row.get("name", key))
+        name, desc = row.get("name", key), row.get("desc", "")
+        if not isinstance(name, (str, int)) or not isinstance(desc, (str, int)):
+            continue  # a container here would only be expanded by str()
         ranks = parse_ranks(row.get("ranks"))
-        if name == "" or ranks is None:
+        if str(name) == "" or ranks is None:
             continue
-        out[name] = (str(row.get("desc", "")), ranks)
+        out[str(name)[:200]] = (str(desc)[:200], ranks)
     return out
 
 
@@ -109,7 +121,9 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
     """Compact one decoded dump. ``rank`` comes from the file name."""
     if not isinstance(dump, dict):
         raise DumpReadError(f"not a flight-recorder dump: top level is {type(dump).__name__}, not dict")
-    version = str(dump.get("version", ""))
+    version = dump.get("version", "")
+    if not isinstance(version, str):
+        raise DumpReadError(f"not a flight-recorder dump: 'version' is {type(version).__name__}, not a string")
     if not version:
         raise DumpReadError("not a flight-recorder dump: no 'version' key")
     if not version.startswith("2."):
@@ -117,10 +131,93 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
     entries = dump.get("entries", [])  # a JSON dump with zero entries has no 'entries' key
     if not isinstance(entries, list):
         raise DumpReadError(f"'entries' is {type(entries).__name__}, not a list")
+    check_entry_types(entries)
     try:
         return _compact(dump, entries, rank, path, version, lib_hint)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
         raise DumpReadError(f"malformed entry ({type(exc).__name__}: {exc})") from None
+
+
+_SIZE_KEYS = ("input_sizes", "output_sizes")
+_DTYPE_KEYS = ("input_dtypes", "output_dtypes")
+_CONTAINERS = {list, tuple}
+
+
+def check_entry_types(entries: list) -> None:
+    """Every field the analysis reads must have its documented type before anything hashes,
+    marshals or formats it: a memo-shared pickle can make one field a 2**40-leaf tree, which any
+    of those would walk. Checked column-wise in C; only a failing dump is walked per entry, to
+    count the bad entries for the message."""
+    if not entries:
+        return
+    if set(map(type, entries)) <= {dict} and _columns_ok(entries):
+        return
+    bad = [i for i, e in enumerate(entries) if _entry_problem(e)]
+    if not bad:
+        return
+    first = _entry_problem(entries[bad[0]])
+    raise DumpReadError(f"malformed entry: {len(bad)} of {len(entries)} entries have a field missing or of the "
+                        f"wrong type (entry {bad[0]}: {first})")
+
+
+def _columns_ok(es: list) -> bool:
+    get = dict.get
+    try:
+        if not set(map(type, map(_NAME, es))) <= {str}:
+            return False
+        seqs = list(map(_SEQ, es))
+        pgs = list(map(_PG, es))
+    except KeyError:
+        return False
+    if not set(map(type, seqs)) <= {int} or min(seqs) < 0 or not set(map(type, pgs)) <= _CONTAINERS:
+        return False
+    if set(map(len, pgs)) != {2} or not set(map(type, chain.from_iterable(pgs))) <= {str, int}:
+        return False
+    for key in _SIZE_KEYS + _DTYPE_KEYS:
+        column = [v for v in map(get, es, repeat(key)) if v]
+        if not set(map(type, column)) <= _CONTAINERS:
+            return False
+        inner = list(chain.from_iterable(column))
+        if key in _DTYPE_KEYS:
+            if not set(map(type, inner)) <= {str}:
+                return False
+        elif not set(map(type, inner)) <= _CONTAINERS | {int} or not set(
+                map(type, chain.from_iterable(x for x in inner if type(x) is not int))) <= {int}:
+            return False
+    scalars = (str, int, float, bool, type(None))
+    for key in ("state", "time_created_ns", "p2p_seq_id"):
+        if not set(map(type, map(get, es, repeat(key)))) <= set(scalars):
+            return False
+    return True
+
+
+def _entry_problem(e: Any) -> str | None:
+    """Why one entry cannot be trusted, or None."""
+    if not isinstance(e, dict):
+        return f"entry is {type(e).__name__}, not a dict"
+    name, seq, pg = e.get("profiling_name"), e.get("collective_seq_id"), e.get("process_group")
+    if not isinstance(name, str):
+        return "profiling_name is missing" if name is None else f"profiling_name is {type(name).__name__}"
+    if type(seq) is not int or seq < 0:
+        return f"collective_seq_id is {seq!r}" if isinstance(seq, (int, str)) and len(str(seq)) < 40 else \
+            f"collective_seq_id is {type(seq).__name__}"
+    if type(pg) not in _CONTAINERS or len(pg) != 2 or not all(isinstance(x, (str, int)) for x in pg):
+        return "process_group is not a (name, desc) pair"
+    for key in _SIZE_KEYS + _DTYPE_KEYS:
+        v = e.get(key)
+        if v and type(v) not in _CONTAINERS:
+            return f"{key} is {type(v).__name__}"
+        for x in v or ():
+            if key in _DTYPE_KEYS and not isinstance(x, str):
+                return f"{key} holds {type(x).__name__}"
+            if key in _SIZE_KEYS and type(x) is not int and (
+                    type(x) not in _CONTAINERS or not all(type(n) is int for n in x)):
+                return f"{key} holds {type(x).__name__} or nests too deep"
+    for key in ("state", "time_created_ns", "p2p_seq_id"):
+        v = e.get(key)
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return f"{key} is {type(v).__name__}"
+    return None
 
 
 def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_hint: str) -> RankTrace:
@@ -139,8 +236,10 @@ def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_
     open_ops = [_open_op(entries[i], lib) for i in open_indices(done_all)]
     newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
     newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
+    comm = dump.get("comm_lib_version")
     return RankTrace(rank, lib, path, version, parse_pg_config(dump.get("pg_config")), tracks, tuple(p2p),
-                     tuple(open_ops), len(entries), newest)
+                     tuple(open_ops), len(entries), newest,
+                     comm_lib_version=comm[:100] if isinstance(comm, str) else "")
 
 
 _NAME = itemgetter("profiling_name")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -30,18 +31,39 @@ def render_json(summary: Summary) -> str:
 
 
 def write_atomic(path: Path, text: str) -> Path:
-    """Write via a temporary file in the same folder and ``os.replace`` (readers never see half)."""
+    """Write ``text`` so readers never see half a file: a temporary file in the target's folder,
+    then ``os.replace``. A symlink is written through (its target is replaced, the link kept); a
+    target that is not a regular file (``/dev/stdout``, a FIFO, a terminal) is written directly;
+    an existing file keeps its mode, a new one gets the umask's. Unencodable characters (lone
+    surrogates from odd file names) are written as ``\\udcXX`` escapes. Raises OSError."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    data = text.encode("utf-8", errors="backslashreplace")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        st = os.stat(path)  # follows symlinks
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "wb") as fh:  # /dev/stdout, a pipe or terminal: no rename possible
+            fh.write(data)
+        return path
+    real = Path(os.path.realpath(path)) if path.is_symlink() else path
+    real.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_reports(summary: Summary, folder: str | os.PathLike) -> dict[str, Path]:
