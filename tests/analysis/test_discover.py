@@ -87,17 +87,17 @@ def test_context_file_names_its_traces(tmp_path):
 def test_junk_files_are_ignored_with_a_reason_and_a_tally(tmp_path, capsys):
     for r in range(3):
         write(tmp_path, f"rank_{r}.pkl", _data(r))
-    for i in range(300):
+    for i in range(10_000):
         (tmp_path / f"log_{i}.txt").write_text("hello")
     (tmp_path / "config.json").write_text('{"lr": 0.1}')
     (tmp_path / "notes.pkl").write_bytes(pickle.dumps(["not", "a", "dump"]))
     s = analyze_folder(tmp_path)
     assert s.culprit_ranks == (2,) and s.unreadable == ()
     why = {Path(u.path).name: u.why for u in s.ignored}
-    assert len(why) == 302 and "not a dump" in why["log_0.txt"] and "not a flight-recorder dump" in why["config.json"]
+    assert len(why) == 10_002 and "not a dump" in why["log_0.txt"] and "not a flight-recorder dump" in why["config.json"]
     assert main(["summarize", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "inputs: 3 dumps read (3 pickle); 302 files ignored (not dumps)" in out
+    assert "inputs: 3 dumps read (3 pickle); 10002 files ignored (not dumps)" in out
 
 
 def test_a_fifo_named_like_a_dump_is_never_opened(tmp_path):
