@@ -10,6 +10,7 @@ from lightning_ncclx.analysis.align import Divergence, callsite_divergence, dive
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
+from lightning_ncclx.analysis.order import departs_from_own_order, keeps_period, period_breakers
 from lightning_ncclx.analysis.p2p import p2p_findings
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
@@ -54,8 +55,31 @@ def _group_label(g: GroupRef) -> str:
     return f"group {g.name} ({g.desc or 'no desc'}, {g.lib})"
 
 
+def _by_own_period(div: Divergence, tracks: Mapping[int, GroupTrack]) -> tuple[Divergence, str] | None:
+    """A tie (no majority) settled by program order: the one rank whose call at ``div.seq`` breaks
+    the period of its own earlier calls in the group, while every other rank keeps its period."""
+    breakers = period_breakers({r: tracks[r] for r in div.culprits if r in tracks}, div.seq)
+    if len(breakers) != 1:
+        return None
+    (culprit, (expected, _)), = breakers.items()
+    others = tuple(r for r in div.culprits if r != culprit)
+    if not others or not all(r in tracks and keeps_period(tracks[r], div.seq) for r in others):
+        return None
+    majority = div.sigs.get(others[0])
+    steps = tracks[culprit]
+    site = expected[1] or "the same call site"
+    why = (f"no majority, but rank {culprit} broke the pattern of its own earlier steps (there it called "
+           f"{_short(steps.sig_table.get(expected[0]))} from {site}) while rank(s) {_ranks(others)} kept theirs")
+    return replace(div, majority=majority, culprits=(culprit,), waiting=others, confidence="medium"), why
+
+
 def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTrack],
                  states: Mapping[int, CulpritState]) -> Finding:
+    why = None
+    if div.kind == "mismatch" and div.majority is None:
+        settled = _by_own_period(div, tracks)
+        if settled is not None:
+            div, why = settled
     op = (div.majority or next((s for s in div.sigs.values() if s), ("?",)))[0]
     if div.kind == "mismatch":
         kind = classify_mismatch(div.majority, div.sigs, div.culprits)
@@ -69,6 +93,8 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                 f"rank {r}: {_short(div.sigs[r])}" for r in div.culprits)
             msg = (f"{kind.value}: rank(s) {_ranks(div.culprits)} called {theirs} at seq {div.seq} of "
                    f"{_group_label(group)} where the others called {_short(div.majority)}")
+            if why:
+                msg += f": {why}"
     else:
         kind = Verdict.NOT_ENTERED
         msg = (f"not_entered: rank(s) {_ranks(div.culprits)} never entered {op} (seq {div.seq}) of "
@@ -85,11 +111,13 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                    msg, div.confidence, div.time_ns, tuple(evidence))
 
 
-def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
+def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozenset()) -> tuple:
     """Likely root cause first: a mismatch; then a rank that is outside every collective (or left
     no dump); then missing dumps; then ranks stuck in another collective that has its own finding
     (a consequence of that one)."""
     own = (f.group.lib, f.group.name)
+    if (f.group.lib, f.group.name, f.seq) in roots:
+        return (0, False, f.time_ns or float("inf"), f.group.name)  # root of a cycle, by program order
     if f.kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH):
         rank = 0
     elif any(c.group in stuck - {own} for c in f.culprit_states):
@@ -106,7 +134,7 @@ def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
     # The earliest divergence is the root cause; for missing dumps, the group the dumped ranks
     # were in most recently is where they wait.
     when = -f.time_ns if f.kind is Verdict.DUMP_MISSING else (f.time_ns or float("inf"))
-    return (rank, f.confidence != "high", when, f.group.name)
+    return (rank, True, f.confidence != "high", when, f.group.name)
 
 
 def analyze(loaded: LoadedFolder) -> Summary:
@@ -162,9 +190,9 @@ def analyze(loaded: LoadedFolder) -> Summary:
                          f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "
                          "the dumps): a member that never entered it cannot be seen here")
     findings.extend(p2p_findings(by_lib, groups, states))
-    findings = _with_order_deadlocks(findings)
+    findings, roots = _with_order_deadlocks(findings, by_lib)
     stuck = {(f.group.lib, f.group.name) for f in findings}
-    findings.sort(key=lambda f: _priority(f, stuck))
+    findings.sort(key=lambda f: _priority(f, stuck, roots))
     missing_ranks = tuple(r for r in range(world) if r not in seen)
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")
@@ -225,12 +253,16 @@ def _silent_detail(proc: Mapping) -> str:
            "host shows where"
 
 
-def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
+def _with_order_deadlocks(findings: list[Finding], by_lib: Mapping[str, Mapping[int, RankTrace]]
+                          ) -> tuple[list[Finding], frozenset]:
     """Add evidence where two groups wait on each other: the culprits of one group's finding
     are inside another group's collective, whose own culprits are waiting in the first. Each
-    side alone reads "not entered"; together they are a call-order deadlock."""
+    side alone reads "not entered"; together they are a call-order deadlock. Which side is the
+    root cause is decided by program order (:mod:`order`), never by the size of either group's
+    majority: returns the findings and the (backend, group, seq) keys of the roots."""
     not_entered = {(f.group.lib, f.group.name): f for f in findings if f.kind is Verdict.NOT_ENTERED}
     out = []
+    roots: set[tuple[str, str, int]] = set()
     for f in findings:
         own = (f.group.lib, f.group.name)
         for c in f.culprit_states:
@@ -241,10 +273,46 @@ def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
                      f"{other.group.name} for rank(s) {_ranks(other.ranks)}, which wait in {f.op} of group "
                      f"{f.group.name} for them: rank(s) {_ranks(f.ranks)} skipped that {f.op} or call the two "
                      "groups in a different order")
+            root = _cycle_root(f, other, by_lib.get(f.group.lib, {}))
+            if root is not None:
+                winner, why = root
+                roots.add((winner.group.lib, winner.group.name, winner.seq))
+                if winner is f:
+                    cycle = why
+                    f = replace(f, message=f"{f.message}. {why}")
             f = replace(f, evidence=(cycle,) + f.evidence)
             break
         out.append(f)
-    return out
+    return out, frozenset(roots)
+
+
+def _cycle_root(a: Finding, b: Finding, traces: Mapping[int, RankTrace]) -> tuple[Finding, str] | None:
+    """Of two findings waiting on each other, the one whose culprits left their own call pattern
+    (the others kept theirs); else the one whose culprits went elsewhere first."""
+    departures = {}
+    for f in (a, b):
+        found = [(r, departs_from_own_order(traces[r])) for r in f.ranks if r in traces]
+        departures[id(f)] = [(r, d) for r, d in found if d is not None]
+    left = [f for f in (a, b) if departures[id(f)]]
+    if len(left) == 1:
+        root = left[0]
+        other = b if root is a else a
+        rank, (expected, called, _, _) = departures[id(root)][0]
+        why = (f"why rank {rank}: it skipped {root.op} #{root.seq} of group {root.group.name} and went on to "
+               f"{called[1]} of group {called[0]} (its earlier steps call {expected[1]} of group {expected[0]} "
+               f"there), while rank(s) {_ranks(other.ranks)} kept their order; rank(s) "
+               f"{_ranks(root.waiting_ranks)} wait in group {root.group.name} for it")
+        return root, why
+    went = {}
+    for f in (a, b):
+        times = [op.time_ns for r in f.ranks if r in traces for op in traces[r].open_ops if op.time_ns]
+        if times:
+            went[id(f)] = min(times)
+    if len(went) == 2 and went[id(a)] != went[id(b)]:
+        root = a if went[id(a)] < went[id(b)] else b
+        return root, (f"why rank(s) {_ranks(root.ranks)}: of the two groups waiting on each other, they were the "
+                      f"first to go elsewhere instead of {root.op} #{root.seq} of group {root.group.name}")
+    return None
 
 
 _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))
