@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from dataclasses import replace
 from typing import Mapping
 
@@ -10,7 +11,7 @@ from lightning_ncclx.analysis.align import Divergence, callsite_divergence, dive
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
-from lightning_ncclx.analysis.order import departs_from_own_order, keeps_period, period_breakers
+from lightning_ncclx.analysis.order import departs_from_own_order, keeps_period, period_breakers, program
 from lightning_ncclx.analysis.p2p import p2p_findings
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
@@ -278,7 +279,6 @@ def _with_order_deadlocks(findings: list[Finding], by_lib: Mapping[str, Mapping[
                 winner, why = root
                 roots.add((winner.group.lib, winner.group.name, winner.seq))
                 if winner is f:
-                    cycle = why
                     f = replace(f, message=f"{f.message}. {why}")
             f = replace(f, evidence=(cycle,) + f.evidence)
             break
@@ -303,15 +303,29 @@ def _cycle_root(a: Finding, b: Finding, traces: Mapping[int, RankTrace]) -> tupl
                f"there), while rank(s) {_ranks(other.ranks)} kept their order; rank(s) "
                f"{_ranks(root.waiting_ranks)} wait in group {root.group.name} for it")
         return root, why
-    went = {}
-    for f in (a, b):
-        times = [op.time_ns for r in f.ranks if r in traces for op in traces[r].open_ops if op.time_ns]
-        if times:
-            went[id(f)] = min(times)
-    if len(went) == 2 and went[id(a)] != went[id(b)]:
-        root = a if went[id(a)] < went[id(b)] else b
-        return root, (f"why rank(s) {_ranks(root.ranks)}: of the two groups waiting on each other, they were the "
-                      f"first to go elsewhere instead of {root.op} #{root.seq} of group {root.group.name}")
+    return _by_peers_next_call(a, b, traces)
+
+
+def _by_peers_next_call(a: Finding, b: Finding, traces: Mapping[int, RankTrace]) -> tuple[Finding, str] | None:
+    """The ranks that belong to both groups share a role: the group most of them went to last is
+    the common order; the finding whose culprits went to the other group is the root."""
+    both = set(a.group.ranks) & set(b.group.ranks) & set(traces)
+    went: dict[int, str] = {}
+    for r in both:
+        calls = program(traces[r])
+        if calls:
+            went[r] = calls[-1][1]
+    counts = Counter(went.values()).most_common()
+    if len(counts) < 2 or counts[0][1] == counts[1][1]:
+        return None
+    common = counts[0][0]
+    for root, other in ((a, b), (b, a)):
+        if root.ranks and all(went.get(r) == other.group.name for r in root.ranks) and root.group.name == common:
+            peers = tuple(sorted(r for r, g in went.items() if g == common))
+            return root, (f"why rank(s) {_ranks(root.ranks)}: they went to {other.op} of group {other.group.name} "
+                          f"where rank(s) {_ranks(peers)}, members of both groups, went on to {root.op} "
+                          f"#{root.seq} of group {root.group.name}; rank(s) {_ranks(root.waiting_ranks)} wait there "
+                          "for them")
     return None
 
 
