@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import replace
 from typing import Mapping
 
-from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
+from lightning_ncclx.analysis.align import Divergence, _time_at, callsite_divergence, diverge, sig_at
+from lightning_ncclx.analysis.columns import sig_id
+from lightning_ncclx.analysis.op_rules import rule_broken
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
@@ -40,12 +43,22 @@ def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd:
     return Verdict.NOT_ENTERED
 
 
+def _sizes(sizes: tuple) -> str:
+    return ",".join("x".join(map(str, x)) if isinstance(x, tuple) else str(x) for x in sizes)
+
+
 def _short(sig: Sig | None) -> str:
+    """``op[in sizes->out sizes]/in dtypes->out dtypes``; outputs only where they differ."""
     if sig is None:
         return "nothing"
-    op, in_sizes, in_dtypes = sig[0], sig[1], sig[2]
-    sizes = ",".join("x".join(map(str, s)) if isinstance(s, tuple) else str(s) for s in in_sizes)
-    return f"{op}[{sizes or '-'}]{'/' + ','.join(in_dtypes) if in_dtypes else ''}"
+    op, in_sizes, in_dtypes, out_sizes, out_dtypes = sig
+    sizes = _sizes(in_sizes)
+    if out_sizes and out_sizes != in_sizes:
+        sizes = f"{sizes or '-'}->{_sizes(out_sizes)}"
+    dtypes = ",".join(in_dtypes)
+    if out_dtypes and out_dtypes != in_dtypes:
+        dtypes = f"{dtypes or '-'}->{','.join(out_dtypes)}"
+    return f"{op}[{sizes or '-'}]{'/' + dtypes if dtypes else ''}"
 
 
 def _ranks(r: tuple[int, ...]) -> str:
@@ -112,6 +125,58 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                    msg, div.confidence, div.time_ns, tuple(evidence))
 
 
+def rule_finding(group: GroupRef, tracks: Mapping[int, GroupTrack], states: Mapping[int, CulpritState]
+                 ) -> Finding | None:
+    """The first collective of ``group`` whose recorded sizes break the op's own rule
+    (:mod:`op_rules`), on any rank: a size_mismatch even when every rank recorded the same."""
+    size = len(group.ranks) if group.membership_known else None
+    broken: dict[int, str] = {}
+    for t in tracks.values():
+        for sid, sig in t.sig_table.items():
+            if sid not in broken:
+                broken[sid] = rule_broken(sig, size) or ""
+    bad = {sid for sid, rule in broken.items() if rule}
+    if not bad:
+        return None
+    first: tuple[int, int] | None = None
+    lo = max((t.oldest_seq for t in tracks.values() if t.seqs), default=0)  # the window every rank holds
+    for t in tracks.values():
+        start = bisect_left(t.seqs, lo)
+        for sid in bad & t.sig_table.keys():
+            try:
+                seq = t.seqs[t.sig_ids.index(sid, start)]
+            except ValueError:
+                continue
+            if first is None or seq < first[0]:
+                first = (seq, sid)
+    if first is None:
+        return None
+    seq, sid = first
+    sigs = {r: sig_at(t, seq) for r, t in tracks.items()}
+    culprits = tuple(sorted(r for r, sig in sigs.items() if sig is not None and broken.get(sig_id(sig))))
+    sig = next(sig for r, sig in sigs.items() if r in culprits)
+    waiting = tuple(sorted(r for r in tracks if r not in culprits))
+    msg = (f"size_mismatch: {sig[0]} at seq {seq} of {_group_label(group)} breaks its rule: {broken[sid]} "
+           f"(rank(s) {_ranks(culprits)} recorded {_short(sig)})")
+    return Finding(Verdict.SIZE_MISMATCH, culprits, group, seq, sig[0], None, {r: sigs[r] for r in culprits},
+                   waiting, tuple(states[r] for r in culprits if r in states), msg,
+                   "medium" if not waiting else "high", _time_at(tracks, seq))
+
+
+def state_mismatch(group: GroupRef, tracks: Mapping[int, GroupTrack], seq: int) -> str | None:
+    """A note when ``seq`` completed on some ranks and is still pending on others."""
+    done, pending = [], []
+    for r, t in sorted(tracks.items()):
+        i = bisect_left(t.seqs, seq)
+        if i < len(t.seqs) and t.seqs[i] == seq:
+            (done if t.done[i] else pending).append(r)
+    if not done or not pending:
+        return None
+    return (f"state mismatch at seq {seq} of {_group_label(group)}: completed on rank(s) {_ranks(tuple(done))}, "
+            f"still pending on rank(s) {_ranks(tuple(pending))}: look at the pending ranks (their device or stream "
+            "has not run it)")
+
+
 def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozenset()) -> tuple:
     """Likely root cause first: a mismatch; then a rank that is outside every collective (or left
     no dump); then missing dumps; then ranks stuck in another collective that has its own finding
@@ -171,6 +236,13 @@ def analyze(loaded: LoadedFolder) -> Summary:
         stragglers.extend(group_stragglers(group, tracks))
         if div.kind in ("mismatch", "behind"):
             findings.append(finding_from(group, div, tracks, states))
+        rule = rule_finding(group, tracks, states)
+        if rule is not None and not (div.kind == "mismatch" and div.seq == rule.seq):
+            findings.append(rule)
+        if div.kind == "in_flight":
+            odd_state = state_mismatch(group, tracks, div.seq)
+            if odd_state:
+                notes.append(odd_state)
         if missing:
             findings.append(_missing_finding(group, div, missing, states, tracks))
         elif div.kind == "in_flight" and group.membership_known and not div.unknown:

@@ -105,6 +105,9 @@ class P2POp:
     dst: int
     seq: int
     done: bool
+    sizes: tuple = ()
+    """The tensor's sizes (input sizes, else output sizes) and dtypes, to compare a pair."""
+    dtypes: tuple = ()
 
 
 @dataclass(frozen=True)

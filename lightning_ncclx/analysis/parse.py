@@ -8,6 +8,7 @@ from array import array
 from itertools import chain, repeat
 from functools import lru_cache
 from operator import gt, itemgetter
+from dataclasses import replace
 from typing import Any
 
 from lightning_ncclx.analysis.columns import (canonical_sig, done_column, open_indices, seq_column, sig_columns,
@@ -232,7 +233,9 @@ def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_
     p2p = []
     for e in p2p_entries:
         done = bool(e.get("retired")) if lib == "gloo" else (e.get("state") == "completed" or bool(e.get("retired")))
-        p2p.append(_p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], e.get("p2p_seq_id", 0), done))
+        op = _p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], e.get("p2p_seq_id", 0), done)
+        sig = canonical_sig(e)
+        p2p.append(replace(op, sizes=sig[1] or sig[3], dtypes=sig[2] or sig[4]))
     open_ops = [_open_op(entries[i], lib) for i in open_indices(done_all)]
     newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
     newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
