@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from lightning_ncclx.analysis.model import Unreadable
+from lightning_ncclx.analysis.parse import MAX_RANK
 from lightning_ncclx.analysis.safe_read import (MAX_SIDE_FILE_BYTES, MAX_TOTAL_BYTES, MAX_TRACE_BYTES, SNIFF_BYTES,
                                                 file_kind, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
@@ -32,8 +33,6 @@ from lightning_ncclx.errors import DumpReadError
 MAX_DEPTH = 6
 MAX_FILES = 200_000
 """Files looked at under one folder; beyond this the walk stops and says so."""
-MAX_RANK = 1 << 20
-"""A rank at or above this (from a name or content) is not believed."""
 
 OURS = re.compile(r"^rank_(\d{1,9})\.([A-Za-z0-9_+-]{1,40}(?:\.[A-Za-z0-9_+-]{1,40})?)\.fr\.(pkl|json)$")
 CONTEXT = re.compile(r"^rank_(\d{1,9})\.context\.json$")
@@ -139,12 +138,13 @@ def walk(roots: Iterable[Path], ignored: list[Unreadable]) -> Iterator[tuple[Pat
         while stack:
             folder, depth = stack.pop()
             try:
-                entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+                with os.scandir(folder) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
             except OSError as exc:
                 ignored.append(Unreadable(str(folder), f"cannot list folder: {exc.strerror or exc}"))
                 continue
             subdirs = []
-            for entry in reversed(entries):
+            for entry in entries:
                 count += 1
                 if count > MAX_FILES:
                     ignored.append(Unreadable(str(folder), f"stopped after {MAX_FILES} files: pass a sub-folder"))

@@ -22,10 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from lightning_ncclx.analysis.discover import CONTEXT, MAX_RANK, Candidate, discover, sniff
+from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
-from lightning_ncclx.analysis.parse import build_trace, parse_pg_config
+from lightning_ncclx.analysis.parse import MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
 from lightning_ncclx.analysis.safe_read import (MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES, MEMORY_HEADROOM_BYTES,
                                                 bounded_memory, human_bytes, read_regular)
