@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections import Counter
 from dataclasses import replace
 from typing import Mapping
 
-from lightning_ncclx.analysis.align import Divergence, _time_at, callsite_divergence, diverge, sig_at
-from lightning_ncclx.analysis.columns import sig_id
-from lightning_ncclx.analysis.op_rules import rule_broken
+from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
+from lightning_ncclx.analysis.cycles import with_order_deadlocks
+from lightning_ncclx.analysis.op_rules import rule_finding
+from lightning_ncclx.analysis.wording import group_label as _group_label
+from lightning_ncclx.analysis.wording import ranks_text as _ranks
+from lightning_ncclx.analysis.wording import short as _short
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
-from lightning_ncclx.analysis.order import departs_from_own_order, keeps_period, period_breakers, program
+from lightning_ncclx.analysis.order import keeps_period, period_breakers
 from lightning_ncclx.analysis.p2p import p2p_findings
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
@@ -41,32 +43,6 @@ def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd:
         if kind in kinds:
             return kind
     return Verdict.NOT_ENTERED
-
-
-def _sizes(sizes: tuple) -> str:
-    return ",".join("x".join(map(str, x)) if isinstance(x, tuple) else str(x) for x in sizes)
-
-
-def _short(sig: Sig | None) -> str:
-    """``op[in sizes->out sizes]/in dtypes->out dtypes``; outputs only where they differ."""
-    if sig is None:
-        return "nothing"
-    op, in_sizes, in_dtypes, out_sizes, out_dtypes = sig
-    sizes = _sizes(in_sizes)
-    if out_sizes and out_sizes != in_sizes:
-        sizes = f"{sizes or '-'}->{_sizes(out_sizes)}"
-    dtypes = ",".join(in_dtypes)
-    if out_dtypes and out_dtypes != in_dtypes:
-        dtypes = f"{dtypes or '-'}->{','.join(out_dtypes)}"
-    return f"{op}[{sizes or '-'}]{'/' + dtypes if dtypes else ''}"
-
-
-def _ranks(r: tuple[int, ...]) -> str:
-    return ", ".join(map(str, r)) if len(r) <= 12 else f"{', '.join(map(str, r[:10]))}, ... ({len(r)} ranks)"
-
-
-def _group_label(g: GroupRef) -> str:
-    return f"group {g.name} ({g.desc or 'no desc'}, {g.lib})"
 
 
 def _by_own_period(div: Divergence, tracks: Mapping[int, GroupTrack]) -> tuple[Divergence, str] | None:
@@ -123,44 +99,6 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
     observed = {r: div.sigs.get(r) for r in div.culprits}
     return Finding(kind, div.culprits, group, div.seq, op, div.majority, observed, div.waiting, culprit_states,
                    msg, div.confidence, div.time_ns, tuple(evidence))
-
-
-def rule_finding(group: GroupRef, tracks: Mapping[int, GroupTrack], states: Mapping[int, CulpritState]
-                 ) -> Finding | None:
-    """The first collective of ``group`` whose recorded sizes break the op's own rule
-    (:mod:`op_rules`), on any rank: a size_mismatch even when every rank recorded the same."""
-    size = len(group.ranks) if group.membership_known else None
-    broken: dict[int, str] = {}
-    for t in tracks.values():
-        for sid, sig in t.sig_table.items():
-            if sid not in broken:
-                broken[sid] = rule_broken(sig, size) or ""
-    bad = {sid for sid, rule in broken.items() if rule}
-    if not bad:
-        return None
-    first: tuple[int, int] | None = None
-    lo = max((t.oldest_seq for t in tracks.values() if t.seqs), default=0)  # the window every rank holds
-    for t in tracks.values():
-        start = bisect_left(t.seqs, lo)
-        for sid in bad & t.sig_table.keys():
-            try:
-                seq = t.seqs[t.sig_ids.index(sid, start)]
-            except ValueError:
-                continue
-            if first is None or seq < first[0]:
-                first = (seq, sid)
-    if first is None:
-        return None
-    seq, sid = first
-    sigs = {r: sig_at(t, seq) for r, t in tracks.items()}
-    culprits = tuple(sorted(r for r, sig in sigs.items() if sig is not None and broken.get(sig_id(sig))))
-    sig = next(sig for r, sig in sigs.items() if r in culprits)
-    waiting = tuple(sorted(r for r in tracks if r not in culprits))
-    msg = (f"size_mismatch: {sig[0]} at seq {seq} of {_group_label(group)} breaks its rule: {broken[sid]} "
-           f"(rank(s) {_ranks(culprits)} recorded {_short(sig)})")
-    return Finding(Verdict.SIZE_MISMATCH, culprits, group, seq, sig[0], None, {r: sigs[r] for r in culprits},
-                   waiting, tuple(states[r] for r in culprits if r in states), msg,
-                   "medium" if not waiting else "high", _time_at(tracks, seq))
 
 
 def state_mismatch(group: GroupRef, tracks: Mapping[int, GroupTrack], seq: int) -> str | None:
@@ -263,7 +201,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
                          f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "
                          "the dumps): a member that never entered it cannot be seen here")
     findings.extend(p2p_findings(by_lib, groups, states))
-    findings, roots = _with_order_deadlocks(findings, by_lib)
+    findings, roots = with_order_deadlocks(findings, by_lib)
     stuck = {(f.group.lib, f.group.name) for f in findings}
     findings.sort(key=lambda f: _priority(f, stuck, roots))
     missing_ranks = tuple(r for r in range(world) if r not in seen)
@@ -324,81 +262,6 @@ def _silent_detail(proc: Mapping) -> str:
                                         "thread most likely holds the GIL in native code")
     return f"{_ALIVE}{where}, state {state}: {meaning}; `py-spy dump --native --pid {proc.get('pid')}` on that " \
            "host shows where"
-
-
-def _with_order_deadlocks(findings: list[Finding], by_lib: Mapping[str, Mapping[int, RankTrace]]
-                          ) -> tuple[list[Finding], frozenset]:
-    """Add evidence where two groups wait on each other: the culprits of one group's finding
-    are inside another group's collective, whose own culprits are waiting in the first. Each
-    side alone reads "not entered"; together they are a call-order deadlock. Which side is the
-    root cause is decided by program order (:mod:`order`), never by the size of either group's
-    majority: returns the findings and the (backend, group, seq) keys of the roots."""
-    not_entered = {(f.group.lib, f.group.name): f for f in findings if f.kind is Verdict.NOT_ENTERED}
-    out = []
-    roots: set[tuple[str, str, int]] = set()
-    for f in findings:
-        own = (f.group.lib, f.group.name)
-        for c in f.culprit_states:
-            other = not_entered.get(c.group) if c.state == "in_collective" and c.group != own else None
-            if other is None or not set(other.ranks) & set(f.waiting_ranks):
-                continue
-            cycle = (f"deadlock across groups: rank(s) {_ranks(f.ranks)} wait in {other.op} of group "
-                     f"{other.group.name} for rank(s) {_ranks(other.ranks)}, which wait in {f.op} of group "
-                     f"{f.group.name} for them: rank(s) {_ranks(f.ranks)} skipped that {f.op} or call the two "
-                     "groups in a different order")
-            root = _cycle_root(f, other, by_lib.get(f.group.lib, {}))
-            if root is not None:
-                winner, why = root
-                roots.add((winner.group.lib, winner.group.name, winner.seq))
-                if winner is f:
-                    f = replace(f, message=f"{f.message}. {why}")
-            f = replace(f, evidence=(cycle,) + f.evidence)
-            break
-        out.append(f)
-    return out, frozenset(roots)
-
-
-def _cycle_root(a: Finding, b: Finding, traces: Mapping[int, RankTrace]) -> tuple[Finding, str] | None:
-    """Of two findings waiting on each other, the one whose culprits left their own call pattern
-    (the others kept theirs); else the one whose culprits went elsewhere first."""
-    departures = {}
-    for f in (a, b):
-        found = [(r, departs_from_own_order(traces[r])) for r in f.ranks if r in traces]
-        departures[id(f)] = [(r, d) for r, d in found if d is not None]
-    left = [f for f in (a, b) if departures[id(f)]]
-    if len(left) == 1:
-        root = left[0]
-        other = b if root is a else a
-        rank, (expected, called, _, _) = departures[id(root)][0]
-        why = (f"why rank {rank}: it skipped {root.op} #{root.seq} of group {root.group.name} and went on to "
-               f"{called[1]} of group {called[0]} (its earlier steps call {expected[1]} of group {expected[0]} "
-               f"there), while rank(s) {_ranks(other.ranks)} kept their order; rank(s) "
-               f"{_ranks(root.waiting_ranks)} wait in group {root.group.name} for it")
-        return root, why
-    return _by_peers_next_call(a, b, traces)
-
-
-def _by_peers_next_call(a: Finding, b: Finding, traces: Mapping[int, RankTrace]) -> tuple[Finding, str] | None:
-    """The ranks that belong to both groups share a role: the group most of them went to last is
-    the common order; the finding whose culprits went to the other group is the root."""
-    both = set(a.group.ranks) & set(b.group.ranks) & set(traces)
-    went: dict[int, str] = {}
-    for r in both:
-        calls = program(traces[r])
-        if calls:
-            went[r] = calls[-1][1]
-    counts = Counter(went.values()).most_common()
-    if len(counts) < 2 or counts[0][1] == counts[1][1]:
-        return None
-    common = counts[0][0]
-    for root, other in ((a, b), (b, a)):
-        if root.ranks and all(went.get(r) == other.group.name for r in root.ranks) and root.group.name == common:
-            peers = tuple(sorted(r for r, g in went.items() if g == common))
-            return root, (f"why rank(s) {_ranks(root.ranks)}: they went to {other.op} of group {other.group.name} "
-                          f"where rank(s) {_ranks(peers)}, members of both groups, went on to {root.op} "
-                          f"#{root.seq} of group {root.group.name}; rank(s) {_ranks(root.waiting_ranks)} wait there "
-                          "for them")
-    return None
 
 
 _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))

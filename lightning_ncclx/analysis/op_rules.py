@@ -5,10 +5,16 @@ entry. A broken rule is a size_mismatch that names it."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from math import prod
-from typing import Any
+from typing import Any, Mapping
 
-from lightning_ncclx.analysis.model import Sig
+from lightning_ncclx.analysis.align import time_at, sig_at
+from lightning_ncclx.analysis.columns import sig_id
+from lightning_ncclx.analysis.model import CulpritState, Finding, GroupRef, GroupTrack, Sig, Verdict
+from lightning_ncclx.analysis.wording import group_label as _group_label
+from lightning_ncclx.analysis.wording import ranks_text as _ranks
+from lightning_ncclx.analysis.wording import short as _short
 
 ALL_REDUCE = frozenset({"all_reduce", "allreduce", "all_reduce_coalesced", "allreduce_coalesced"})
 ALL_GATHER = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "allgather",
@@ -67,3 +73,41 @@ def _scaled(small: tuple, big: tuple, n: int, op: str, big_name: str, small_name
     if nb != ns * n:
         return f"{op} {big_name} element count must be {small_name} count x group size ({ns} x {n} = {ns * n}, not {nb})"
     return None
+
+
+def rule_finding(group: GroupRef, tracks: Mapping[int, GroupTrack], states: Mapping[int, CulpritState]
+                 ) -> Finding | None:
+    """The first collective of ``group`` whose recorded sizes break the op's own rule
+    (:mod:`op_rules`), on any rank: a size_mismatch even when every rank recorded the same."""
+    size = len(group.ranks) if group.membership_known else None
+    broken: dict[int, str] = {}
+    for t in tracks.values():
+        for sid, sig in t.sig_table.items():
+            if sid not in broken:
+                broken[sid] = rule_broken(sig, size) or ""
+    bad = {sid for sid, rule in broken.items() if rule}
+    if not bad:
+        return None
+    first: tuple[int, int] | None = None
+    lo = max((t.oldest_seq for t in tracks.values() if t.seqs), default=0)  # the window every rank holds
+    for t in tracks.values():
+        start = bisect_left(t.seqs, lo)
+        for sid in bad & t.sig_table.keys():
+            try:
+                seq = t.seqs[t.sig_ids.index(sid, start)]
+            except ValueError:
+                continue
+            if first is None or seq < first[0]:
+                first = (seq, sid)
+    if first is None:
+        return None
+    seq, sid = first
+    sigs = {r: sig_at(t, seq) for r, t in tracks.items()}
+    culprits = tuple(sorted(r for r, sig in sigs.items() if sig is not None and broken.get(sig_id(sig))))
+    sig = next(sig for r, sig in sigs.items() if r in culprits)
+    waiting = tuple(sorted(r for r in tracks if r not in culprits))
+    msg = (f"size_mismatch: {sig[0]} at seq {seq} of {_group_label(group)} breaks its rule: {broken[sid]} "
+           f"(rank(s) {_ranks(culprits)} recorded {_short(sig)})")
+    return Finding(Verdict.SIZE_MISMATCH, culprits, group, seq, sig[0], None, {r: sigs[r] for r in culprits},
+                   waiting, tuple(states[r] for r in culprits if r in states), msg,
+                   "medium" if not waiting else "high", time_at(tracks, seq))
