@@ -40,17 +40,21 @@ def innermost_user_frame(frames: Any) -> str | None:
         return None
     first = None
     for fr in frames:
-        if not isinstance(fr, dict):
+        if type(fr) is not dict:
             continue
         if first is None:
             first = fr
-        if not is_library_file(_scalar(fr.get("filename"))):
+        filename = fr.get("filename")
+        if not is_library_file(filename if type(filename) is str else _scalar(filename)):
             return _text(fr)
     return None if first is None else _text(first)
 
 
 def _text(fr: dict) -> str:
-    return format_frame(_scalar(fr.get("filename")), _scalar(fr.get("line")), _scalar(fr.get("name")))
+    filename, line, func = fr.get("filename"), fr.get("line"), fr.get("name")
+    if type(filename) is str and type(line) is int and type(func) is str:  # the common case, fast
+        return f"{filename}:{line} in {func}"
+    return format_frame(_scalar(filename), _scalar(line), _scalar(func))
 
 
 def format_frames(frames: Any, limit: int = 12) -> tuple[str, ...]:

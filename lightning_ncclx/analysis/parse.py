@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from array import array
-from itertools import chain, repeat
 from functools import lru_cache
 from operator import gt, itemgetter
 from dataclasses import replace
@@ -72,6 +71,8 @@ CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is ex
 def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTrack:
     """Compact one group's entries (all C-level columns; see :mod:`columns`)."""
     seqs = seq_column(es)
+    if seqs and min(seqs) < 0:
+        raise ValueError("negative collective_seq_id")
     if any(map(gt, seqs, seqs[1:])):  # not in sequence order (a reset buffer, a reused group name)
         order = sorted(range(len(es)), key=seqs.__getitem__)
         es = [es[i] for i in order]
@@ -85,7 +86,7 @@ def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTra
     if len(set(seqs)) != len(seqs):  # coalesced: several entries share one sequence id
         return _coalesced_track(lib, name, es, seqs, done, times, [None] * k + calls)
     ids, table = sig_columns(es)
-    return GroupTrack(lib, name, str(es[0]["process_group"][1]), seqs, ids, table, done, times, tuple(calls))
+    return GroupTrack(lib, name, str(es[0]["process_group"][1])[:200], seqs, ids, table, done, times, tuple(calls))
 
 
 def _frames(e: dict) -> Any:
@@ -132,11 +133,11 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
     entries = dump.get("entries", [])  # a JSON dump with zero entries has no 'entries' key
     if not isinstance(entries, list):
         raise DumpReadError(f"'entries' is {type(entries).__name__}, not a list")
-    check_entry_types(entries)
+    names = check_entry_types(entries)
     try:
-        return _compact(dump, entries, rank, path, version, lib_hint)
+        return _compact(dump, entries, names, rank, path, version, lib_hint)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
-        raise DumpReadError(f"malformed entry ({type(exc).__name__}: {exc})") from None
+        raise DumpReadError(_count_message(entries, f"{type(exc).__name__}: {str(exc)[:100]}")) from None
 
 
 _SIZE_KEYS = ("input_sizes", "output_sizes")
@@ -144,52 +145,30 @@ _DTYPE_KEYS = ("input_dtypes", "output_dtypes")
 _CONTAINERS = {list, tuple}
 
 
-def check_entry_types(entries: list) -> None:
-    """Every field the analysis reads must have its documented type before anything hashes,
-    marshals or formats it: a memo-shared pickle can make one field a 2**40-leaf tree, which any
-    of those would walk. Checked column-wise in C; only a failing dump is walked per entry, to
-    count the bad entries for the message."""
-    if not entries:
-        return
-    if set(map(type, entries)) <= {dict} and _columns_ok(entries):
-        return
+def check_entry_types(entries: list) -> list[str]:
+    """The entries are dicts with string ``profiling_name`` s (checked in C); returns the names.
+    The other fields are checked where they are first read (``_listed``, ``seq_column``,
+    ``_partition``, ``_open_op``) before anything hashes, marshals or formats them: a memo-shared
+    pickle can make one field a 2**40-leaf tree, which any of those would walk."""
+    if not set(map(type, entries)) <= {dict}:
+        raise DumpReadError(_count_message(entries, "entries that are not dicts"))
+    try:
+        names = list(map(_NAME, entries))
+    except KeyError:
+        raise DumpReadError(_count_message(entries, "entries without profiling_name")) from None
+    if not set(map(type, names)) <= {str}:
+        raise DumpReadError(_count_message(entries, "profiling_name of the wrong type"))
+    return names
+
+
+def _count_message(entries: list, fallback: str) -> str:
+    """How many entries cannot be trusted, and why for the first (walks every entry: only for a
+    dump already known to be bad)."""
     bad = [i for i, e in enumerate(entries) if _entry_problem(e)]
     if not bad:
-        return
-    first = _entry_problem(entries[bad[0]])
-    raise DumpReadError(f"malformed entry: {len(bad)} of {len(entries)} entries have a field missing or of the "
-                        f"wrong type (entry {bad[0]}: {first})")
-
-
-def _columns_ok(es: list) -> bool:
-    get = dict.get
-    try:
-        if not set(map(type, map(_NAME, es))) <= {str}:
-            return False
-        seqs = list(map(_SEQ, es))
-        pgs = list(map(_PG, es))
-    except KeyError:
-        return False
-    if not set(map(type, seqs)) <= {int} or min(seqs) < 0 or not set(map(type, pgs)) <= _CONTAINERS:
-        return False
-    if set(map(len, pgs)) != {2} or not set(map(type, chain.from_iterable(pgs))) <= {str, int}:
-        return False
-    for key in _SIZE_KEYS + _DTYPE_KEYS:
-        column = [v for v in map(get, es, repeat(key)) if v]
-        if not set(map(type, column)) <= _CONTAINERS:
-            return False
-        inner = list(chain.from_iterable(column))
-        if key in _DTYPE_KEYS:
-            if not set(map(type, inner)) <= {str}:
-                return False
-        elif not set(map(type, inner)) <= _CONTAINERS | {int} or not set(
-                map(type, chain.from_iterable(x for x in inner if type(x) is not int))) <= {int}:
-            return False
-    scalars = (str, int, float, bool, type(None))
-    for key in ("state", "time_created_ns", "p2p_seq_id"):
-        if not set(map(type, map(get, es, repeat(key)))) <= set(scalars):
-            return False
-    return True
+        return f"malformed entry ({fallback})"
+    return (f"malformed entry: {len(bad)} of {len(entries)} entries have a field missing or of the wrong type "
+            f"(entry {bad[0]}: {_entry_problem(entries[bad[0]])})")
 
 
 def _entry_problem(e: Any) -> str | None:
@@ -221,8 +200,9 @@ def _entry_problem(e: Any) -> str | None:
     return None
 
 
-def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_hint: str) -> RankTrace:
-    libs = {n.rpartition(":")[0] for n in set(map(_NAME, entries))}
+def _compact(dump: dict, entries: list, names: list[str], rank: int, path: str, version: str,
+             lib_hint: str) -> RankTrace:
+    libs = {n.rpartition(":")[0] for n in set(names)}
     lib = _pick_lib(libs, lib_hint)
     by_group, p2p_entries = _partition(entries)
     done_all = done_column(entries, lib)
@@ -233,7 +213,10 @@ def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_
     p2p = []
     for e in p2p_entries:
         done = bool(e.get("retired")) if lib == "gloo" else (e.get("state") == "completed" or bool(e.get("retired")))
-        op = _p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], e.get("p2p_seq_id", 0), done)
+        p2p_seq = e.get("p2p_seq_id", 0)
+        if type(p2p_seq) is not int:
+            raise ValueError(f"p2p_seq_id is {type(p2p_seq).__name__}")
+        op = _p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], p2p_seq, done)
         sig = canonical_sig(e)
         p2p.append(replace(op, sizes=sig[1] or sig[3], dtypes=sig[2] or sig[4]))
     open_ops = [_open_op(entries[i], lib) for i in open_indices(done_all)]
@@ -266,16 +249,24 @@ def _partition(entries: list) -> tuple[dict[str, list], list]:
                   and pgs.count(pgs[0]) == len(pgs))
     except KeyError:
         simple = False
-    if simple:
-        return {str(pgs[0][0]): entries}, []
+    if simple:  # every entry's pair equals the first: checking the first checks them all
+        return {_group_name(pgs[0]): entries}, []
     by_group: dict[str, list] = {}
     p2p_entries = []
     for e in entries:
         if _is_p2p(e):
+            _group_name(e["process_group"])
             p2p_entries.append(e)
         else:
-            by_group.setdefault(str(e["process_group"][0]), []).append(e)
+            by_group.setdefault(_group_name(e["process_group"]), []).append(e)
     return by_group, p2p_entries
+
+
+def _group_name(pg: Any) -> str:
+    """The name of a ``process_group`` (name, desc) pair; ValueError for anything else."""
+    if type(pg) not in _CONTAINERS or len(pg) != 2 or not all(type(x) in (str, int) for x in pg):
+        raise ValueError("process_group is not a (name, desc) pair")
+    return str(pg[0])
 
 
 def _open_op(e: dict, lib: str) -> OpenOp:
@@ -283,6 +274,8 @@ def _open_op(e: dict, lib: str) -> OpenOp:
     seq = e["collective_seq_id"]
     is_p2p = _is_p2p(e)
     pg = e["process_group"]
+    if not isinstance(e.get("state", ""), (str, type(None))):
+        raise ValueError(f"state is {type(e.get('state')).__name__}")
     return OpenOp(lib, str(pg[0]), str(pg[1]), e.get("p2p_seq_id", 0) if is_p2p else seq,
                   e["profiling_name"].rpartition(":")[2], is_p2p, e.get("state", ""),
                   e.get("time_created_ns") or 0, format_frames(e.get("frames")))

@@ -62,8 +62,9 @@ def read_regular(path: str | os.PathLike, cap: int, what: str = "file", limit: i
             raise DumpReadError(f"{what} is {human_bytes(st.st_size)}, over the {human_bytes(cap)} cap")
         want = min(limit, cap) if limit is not None else cap
         chunks, got = [], 0
+        step = min(want + 1, st.st_size + 1) if st.st_size else 1 << 16
         while got <= want:  # the size may have changed since fstat: never read past the cap
-            chunk = os.read(fd, min(1 << 24, want + 1 - got))
+            chunk = os.read(fd, max(1, min(step, want + 1 - got)))
             if not chunk:
                 break
             chunks.append(chunk)
