@@ -180,8 +180,8 @@ def test_a_long_run_of_spaces_in_a_stack_line_is_linear():
     ("state", {"a": 1}, "state is dict"), ("process_group", ("0",), "process_group is not a (name, desc) pair"),
 ])
 def test_wrong_typed_fields_make_the_file_unreadable_with_a_count(tmp_path, field, value, why):
-    es = collectives(4)
-    es[0][field] = value
+    es = collectives(4, last_state="scheduled")  # the open entry: every field of it is read
+    es[-1][field] = value
     got = _bad_rank(tmp_path, dump(es, GROUPS))
     assert "1 of 4 entries" in got and why in got
 
