@@ -28,6 +28,8 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="lightning-ncclx",
         description="Find the rank and collective behind a distributed-training hang.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="on an unexpected error, print the full traceback (default: one line)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     summarize = commands.add_parser(
@@ -37,6 +39,8 @@ def _build_parser() -> argparse.ArgumentParser:
     summarize.add_argument("path", type=Path, help="folder of dumps (searched recursively) or one dump file")
     summarize.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text")
     summarize.add_argument("--output", "-o", type=Path, default=None, help="write the report here instead of stdout")
+    summarize.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                           help="on an unexpected error, print the full traceback")
 
     history = commands.add_parser(
         "history", help="tally every incident (summary.json) under the paths by kind, host, rank and call site")
@@ -58,6 +62,20 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) and EXIT_BAD_INPUT
+    try:
+        return _dispatch(parser, args)
+    except Exception as exc:  # the last resort: a bug must never be a wall of text
+        if args.debug:
+            raise
+        from lightning_ncclx.report.escape import terminal_safe
+
+        print(terminal_safe(f"lightning-ncclx {args.command}: internal error: {type(exc).__name__}: "
+                            f"{str(exc)[:300]} (rerun with --debug for the traceback, and please report it)"),
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "summarize":
         from lightning_ncclx.report.summarize_command import run_summarize
 

@@ -42,3 +42,14 @@ def native_stacks_path(dump_dir: Path, rank: int) -> Path:
 
 def teardown_stacks_path(dump_dir: Path, rank: int) -> Path:
     return Path(dump_dir) / f"teardown-rank{rank}.{STACKS_SUFFIX}"
+
+
+REPORT_FILES = ("summary.json", "summary.txt", "summary.html", "summary.md")
+
+
+def is_plugin_side_file(name: str) -> bool:
+    """A file this plugin writes beside the dumps that is no dump: reports, the collection
+    file, native and teardown stack files, a temporary file of an atomic write."""
+    return (name in REPORT_FILES or name == COLLECTION_FILE or name.endswith(f".{NATIVE_STACKS_SUFFIX}")
+            or (name.startswith("teardown-rank") and name.endswith(f".{STACKS_SUFFIX}"))
+            or name.endswith((".tmp", ".partial")))

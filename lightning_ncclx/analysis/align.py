@@ -106,14 +106,14 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         sigs = {r: sig_at(t, bad) for r, t in tracks.items()}
         majority, odd, confidence = vote(sigs)
         waiting = tuple(sorted(r for r in tracks if r not in odd))
-        return Divergence("mismatch", bad, majority, sigs, odd, waiting, confidence, _time_at(tracks, bad))
+        return Divergence("mismatch", bad, majority, sigs, odd, waiting, confidence, time_at(tracks, bad))
     if top > low_hi and _unfinished_everywhere(tracks, low_hi):
         # Every rank entered ``low_hi`` and none finished it: that is where they hang. Ranks that
         # went on only enqueued more (NCCL collectives are asynchronous); the others are not
         # "behind", they wait for ``low_hi`` like everyone.
         sig = next(t.sig(i) for t in tracks.values() if (i := _index_at(t, low_hi)) is not None)
         return Divergence("in_flight", low_hi, sig, {r: sig for r in tracks}, (), tuple(sorted(tracks)),
-                          "high", _time_at(tracks, low_hi))
+                          "high", time_at(tracks, low_hi))
     if top > low_hi:
         seq = low_hi + 1
         behind = tuple(sorted(r for r, n in newest.items() if n == low_hi))
@@ -123,13 +123,13 @@ def diverge(tracks: Mapping[int, GroupTrack]) -> Divergence:
         # None: the others' windows start after ``seq``, which they cannot have passed without
         # the ranks behind: the group's membership or the dumps disagree with each other.
         confidence = "low" if majority is None else ("high" if len(behind) < len(ahead) else "medium")
-        return Divergence("behind", seq, majority, sigs, behind, ahead, confidence, _time_at(tracks, seq))
+        return Divergence("behind", seq, majority, sigs, behind, ahead, confidence, time_at(tracks, seq))
     last = {r: bool(t.done[-1]) for r, t in tracks.items() if t.seqs}
     sig = filled[0].sig(-1)
     if all(last.values()):
         return Divergence("healthy", top, sig, {}, (), ())
     return Divergence("in_flight", top, sig, {r: sig for r in tracks}, (), tuple(sorted(tracks)),
-                      "high", _time_at(tracks, top))
+                      "high", time_at(tracks, top))
 
 
 def _unfinished_everywhere(tracks: Mapping[int, GroupTrack], seq: int) -> bool:
@@ -141,7 +141,7 @@ def _unfinished_everywhere(tracks: Mapping[int, GroupTrack], seq: int) -> bool:
     return True
 
 
-def _time_at(tracks: Mapping[int, GroupTrack], seq: int) -> int:
+def time_at(tracks: Mapping[int, GroupTrack], seq: int) -> int:
     times = []
     for t in tracks.values():
         i = _index_at(t, seq)

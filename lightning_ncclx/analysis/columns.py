@@ -2,9 +2,11 @@
 
 Every column is built by C-level iteration (``map`` over ``operator.itemgetter``, ``array``,
 ``bytes``), never by a Python loop per entry. Signatures are keyed per entry by the ``marshal``
-bytes of the raw fields (version 2: no back-references, so equal values give equal bytes); each
-distinct key is decoded once into a canonical :data:`Sig` and given a stable 64-bit id
-(:func:`sig_id`), so ids compare across ranks and processes. Dumps with missing or odd fields
+bytes of the raw fields (version 4: an object the entry shares is written once, so a memo-shared
+hostile pickle stays small here; honest dumps share alike in every entry, so equal values give
+equal bytes, and where they do not only the number of distinct keys grows); each distinct key is
+decoded once into a canonical :data:`Sig` (checked two levels deep, see ``_listed``) and given a
+stable 64-bit id (:func:`sig_id`), so ids compare across ranks and processes. Dumps with missing or odd fields
 take the per-entry ``dict.get`` path, with the same result.
 """
 
@@ -45,11 +47,28 @@ def _per_rank_sizes(op: str) -> bool:
     return "all_to_all" in op or "alltoall" in op
 
 
+_SEQUENCES = (list, tuple)
+
+
 def _listed(e: dict, key: str) -> tuple:
-    value = freeze(e.get(key) or [])
-    if not isinstance(value, tuple):
+    """Sizes as a tuple of shapes (tuples of ints, or ints), dtypes as a tuple of strings. Looks
+    only two levels down, so a memo-shared structure of any depth is refused, never walked."""
+    value = e.get(key) or ()
+    if type(value) not in _SEQUENCES:
         raise ValueError(f"{key} is {type(value).__name__}, not a list")
-    return value
+    if key.endswith("dtypes"):
+        if not all(type(v) is str for v in value):
+            raise ValueError(f"{key} holds something other than strings")
+        return tuple(value)
+    out = []
+    for shape in value:
+        if type(shape) is int:
+            out.append(shape)
+        elif type(shape) in _SEQUENCES and all(type(n) is int for n in shape):
+            out.append(tuple(shape))
+        else:
+            raise ValueError(f"{key} holds {type(shape).__name__} or nests too deep")
+    return tuple(out)
 
 
 def canonical_sig(e: dict) -> Sig:
@@ -79,7 +98,7 @@ def sig_id(sig: Sig) -> int:
 def sig_columns(es: Sequence[dict]) -> tuple[array, dict[int, Sig]]:
     """Per entry signature ids (``array('q')``) and the id -> signature table."""
     try:
-        keys: list = list(map(marshal.dumps, map(_KEY, es), repeat(2)))
+        keys: list = list(map(marshal.dumps, map(_KEY, es), repeat(4)))
     except (KeyError, ValueError, TypeError):  # missing fields or unmarshallable values: slow path
         keys = [canonical_sig(e) for e in es]
         ids = {k: sig_id(k) for k in dict.fromkeys(keys)}

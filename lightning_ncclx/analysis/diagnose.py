@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import replace
 from typing import Mapping
 
 from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
+from lightning_ncclx.analysis.cycles import with_order_deadlocks
+from lightning_ncclx.analysis.op_rules import rule_finding
+from lightning_ncclx.analysis.wording import group_label as _group_label
+from lightning_ncclx.analysis.wording import ranks_text as _ranks
+from lightning_ncclx.analysis.wording import short as _short
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
-from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, LoadedFolder, RankTrace,
+from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
+from lightning_ncclx.analysis.order import keeps_period, period_breakers
 from lightning_ncclx.analysis.p2p import p2p_findings
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
@@ -38,24 +45,31 @@ def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd:
     return Verdict.NOT_ENTERED
 
 
-def _short(sig: Sig | None) -> str:
-    if sig is None:
-        return "nothing"
-    op, in_sizes, in_dtypes = sig[0], sig[1], sig[2]
-    sizes = ",".join("x".join(map(str, s)) if isinstance(s, tuple) else str(s) for s in in_sizes)
-    return f"{op}[{sizes or '-'}]{'/' + ','.join(in_dtypes) if in_dtypes else ''}"
-
-
-def _ranks(r: tuple[int, ...]) -> str:
-    return ", ".join(map(str, r)) if len(r) <= 12 else f"{', '.join(map(str, r[:10]))}, ... ({len(r)} ranks)"
-
-
-def _group_label(g: GroupRef) -> str:
-    return f"group {g.name} ({g.desc or 'no desc'}, {g.lib})"
+def _by_own_period(div: Divergence, tracks: Mapping[int, GroupTrack]) -> tuple[Divergence, str] | None:
+    """A tie (no majority) settled by program order: the one rank whose call at ``div.seq`` breaks
+    the period of its own earlier calls in the group, while every other rank keeps its period."""
+    breakers = period_breakers({r: tracks[r] for r in div.culprits if r in tracks}, div.seq)
+    if len(breakers) != 1:
+        return None
+    (culprit, (expected, _)), = breakers.items()
+    others = tuple(r for r in div.culprits if r != culprit)
+    if not others or not all(r in tracks and keeps_period(tracks[r], div.seq) for r in others):
+        return None
+    majority = div.sigs.get(others[0])
+    steps = tracks[culprit]
+    site = expected[1] or "the same call site"
+    why = (f"no majority, but rank {culprit} broke the pattern of its own earlier steps (there it called "
+           f"{_short(steps.sig_table.get(expected[0]))} from {site}) while rank(s) {_ranks(others)} kept theirs")
+    return replace(div, majority=majority, culprits=(culprit,), waiting=others, confidence="medium"), why
 
 
 def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTrack],
                  states: Mapping[int, CulpritState]) -> Finding:
+    why = None
+    if div.kind == "mismatch" and div.majority is None:
+        settled = _by_own_period(div, tracks)
+        if settled is not None:
+            div, why = settled
     op = (div.majority or next((s for s in div.sigs.values() if s), ("?",)))[0]
     if div.kind == "mismatch":
         kind = classify_mismatch(div.majority, div.sigs, div.culprits)
@@ -69,6 +83,8 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                 f"rank {r}: {_short(div.sigs[r])}" for r in div.culprits)
             msg = (f"{kind.value}: rank(s) {_ranks(div.culprits)} called {theirs} at seq {div.seq} of "
                    f"{_group_label(group)} where the others called {_short(div.majority)}")
+            if why:
+                msg += f": {why}"
     else:
         kind = Verdict.NOT_ENTERED
         msg = (f"not_entered: rank(s) {_ranks(div.culprits)} never entered {op} (seq {div.seq}) of "
@@ -85,11 +101,27 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                    msg, div.confidence, div.time_ns, tuple(evidence))
 
 
-def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
+def state_mismatch(group: GroupRef, tracks: Mapping[int, GroupTrack], seq: int) -> str | None:
+    """A note when ``seq`` completed on some ranks and is still pending on others."""
+    done, pending = [], []
+    for r, t in sorted(tracks.items()):
+        i = bisect_left(t.seqs, seq)
+        if i < len(t.seqs) and t.seqs[i] == seq:
+            (done if t.done[i] else pending).append(r)
+    if not done or not pending:
+        return None
+    return (f"state mismatch at seq {seq} of {_group_label(group)}: completed on rank(s) {_ranks(tuple(done))}, "
+            f"still pending on rank(s) {_ranks(tuple(pending))}: look at the pending ranks (their device or stream "
+            "has not run it)")
+
+
+def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozenset()) -> tuple:
     """Likely root cause first: a mismatch; then a rank that is outside every collective (or left
     no dump); then missing dumps; then ranks stuck in another collective that has its own finding
     (a consequence of that one)."""
     own = (f.group.lib, f.group.name)
+    if (f.group.lib, f.group.name, f.seq) in roots:
+        return (0, False, f.time_ns or float("inf"), f.group.name)  # root of a cycle, by program order
     if f.kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH):
         rank = 0
     elif any(c.group in stuck - {own} for c in f.culprit_states):
@@ -106,7 +138,7 @@ def _priority(f: Finding, stuck: set[tuple[str, str]]) -> tuple:
     # The earliest divergence is the root cause; for missing dumps, the group the dumped ranks
     # were in most recently is where they wait.
     when = -f.time_ns if f.kind is Verdict.DUMP_MISSING else (f.time_ns or float("inf"))
-    return (rank, f.confidence != "high", when, f.group.name)
+    return (rank, True, f.confidence != "high", when, f.group.name)
 
 
 def analyze(loaded: LoadedFolder) -> Summary:
@@ -142,6 +174,13 @@ def analyze(loaded: LoadedFolder) -> Summary:
         stragglers.extend(group_stragglers(group, tracks))
         if div.kind in ("mismatch", "behind"):
             findings.append(finding_from(group, div, tracks, states))
+        rule = rule_finding(group, tracks, states)
+        if rule is not None and not (div.kind == "mismatch" and div.seq == rule.seq):
+            findings.append(rule)
+        if div.kind == "in_flight":
+            odd_state = state_mismatch(group, tracks, div.seq)
+            if odd_state:
+                notes.append(odd_state)
         if missing:
             findings.append(_missing_finding(group, div, missing, states, tracks))
         elif div.kind == "in_flight" and group.membership_known and not div.unknown:
@@ -162,12 +201,13 @@ def analyze(loaded: LoadedFolder) -> Summary:
                          f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "
                          "the dumps): a member that never entered it cannot be seen here")
     findings.extend(p2p_findings(by_lib, groups, states))
-    findings = _with_order_deadlocks(findings)
+    findings, roots = with_order_deadlocks(findings, by_lib)
     stuck = {(f.group.lib, f.group.name) for f in findings}
-    findings.sort(key=lambda f: _priority(f, stuck))
+    findings.sort(key=lambda f: _priority(f, stuck, roots))
     missing_ranks = tuple(r for r in range(world) if r not in seen)
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")
+    notes.extend(loaded.warnings)
     head = findings[0] if findings else None
     return Summary(
         source=loaded.root, verdict=head.kind if head else Verdict.NO_HANG,
@@ -180,6 +220,9 @@ def analyze(loaded: LoadedFolder) -> Summary:
         per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts,
                            keep=tuple(r for f in findings for r in f.ranks)),
         context=_context_extras(loaded, world),
+        inputs=tuple(InputFile(t.path, t.rank, t.rank_from, t.lib, t.fmt, t.version, t.comm_lib_version, t.n_entries)
+                     for t in traces),
+        ignored=loaded.ignored, duplicates=loaded.duplicates,
     )
 
 
@@ -219,28 +262,6 @@ def _silent_detail(proc: Mapping) -> str:
                                         "thread most likely holds the GIL in native code")
     return f"{_ALIVE}{where}, state {state}: {meaning}; `py-spy dump --native --pid {proc.get('pid')}` on that " \
            "host shows where"
-
-
-def _with_order_deadlocks(findings: list[Finding]) -> list[Finding]:
-    """Add evidence where two groups wait on each other: the culprits of one group's finding
-    are inside another group's collective, whose own culprits are waiting in the first. Each
-    side alone reads "not entered"; together they are a call-order deadlock."""
-    not_entered = {(f.group.lib, f.group.name): f for f in findings if f.kind is Verdict.NOT_ENTERED}
-    out = []
-    for f in findings:
-        own = (f.group.lib, f.group.name)
-        for c in f.culprit_states:
-            other = not_entered.get(c.group) if c.state == "in_collective" and c.group != own else None
-            if other is None or not set(other.ranks) & set(f.waiting_ranks):
-                continue
-            cycle = (f"deadlock across groups: rank(s) {_ranks(f.ranks)} wait in {other.op} of group "
-                     f"{other.group.name} for rank(s) {_ranks(other.ranks)}, which wait in {f.op} of group "
-                     f"{f.group.name} for them: rank(s) {_ranks(f.ranks)} skipped that {f.op} or call the two "
-                     "groups in a different order")
-            f = replace(f, evidence=(cycle,) + f.evidence)
-            break
-        out.append(f)
-    return out
 
 
 _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))

@@ -23,6 +23,16 @@ def format_frame(filename: str, line: Any, func: str) -> str:
     return f"{filename}:{line} in {func}"
 
 
+def _scalar(value: Any) -> str:
+    """A frame field as text; a container (which ``str`` would expand, however deep or
+    memo-shared) reads as ``?``."""
+    if isinstance(value, str):
+        return value[:500]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value) if abs(value) < 1e18 else "?"
+    return "?"
+
+
 def innermost_user_frame(frames: Any) -> str | None:
     """The innermost frame outside library code from a flight-recorder ``frames`` list
     (innermost first, dicts with name/filename/line); the innermost frame if all are library."""
@@ -30,17 +40,21 @@ def innermost_user_frame(frames: Any) -> str | None:
         return None
     first = None
     for fr in frames:
-        if not isinstance(fr, dict):
+        if type(fr) is not dict:
             continue
         if first is None:
             first = fr
-        if not is_library_file(str(fr.get("filename", "?"))):
+        filename = fr.get("filename")
+        if not is_library_file(filename if type(filename) is str else _scalar(filename)):
             return _text(fr)
     return None if first is None else _text(first)
 
 
 def _text(fr: dict) -> str:
-    return format_frame(str(fr.get("filename", "?")), fr.get("line", "?"), str(fr.get("name", "?")))
+    filename, line, func = fr.get("filename"), fr.get("line"), fr.get("name")
+    if type(filename) is str and type(line) is int and type(func) is str:  # the common case, fast
+        return f"{filename}:{line} in {func}"
+    return format_frame(_scalar(filename), _scalar(line), _scalar(func))
 
 
 def format_frames(frames: Any, limit: int = 12) -> tuple[str, ...]:
@@ -49,11 +63,13 @@ def format_frames(frames: Any, limit: int = 12) -> tuple[str, ...]:
     out = []
     for fr in frames[:limit]:
         if isinstance(fr, dict):
-            out.append(format_frame(str(fr.get("filename", "?")), fr.get("line", "?"), str(fr.get("name", "?"))))
+            out.append(_text(fr))
     return tuple(out)
 
 
-_FRAME_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>.+?)\s*$')
+# Linear: no lazy group before a trailing ``\s*$`` (a long run of spaces made that quadratic).
+_FRAME_LINE = re.compile(r'File "(?P<file>[^"\n]{1,4096})", line (?P<line>\d{1,12}),? in (?P<func>[^\n]*)')
+MAX_STACK_LINE = 8192
 
 
 def main_thread_user_frame(text: str) -> str | None:
@@ -114,11 +130,11 @@ def _is_main_header(header: str) -> bool:
 def _thread_blocks(lines: Iterable[str]) -> list[tuple[str, list[tuple[str, str, str]]]]:
     blocks: list[tuple[str, list[tuple[str, str, str]]]] = []
     for line in lines:
-        match = _FRAME_LINE.search(line)
-        if match:
+        match = _FRAME_LINE.search(line[:MAX_STACK_LINE])
+        if match and match["func"].strip():
             if not blocks:
                 blocks.append(("", []))
-            blocks[-1][1].append((match["file"], match["line"], match["func"]))
+            blocks[-1][1].append((match["file"], match["line"], match["func"].strip()))
         elif line.strip() and not line[:1].isspace() and "thread" in line.lower():
             blocks.append((line, []))
     return [b for b in blocks if b[1]]

@@ -1,105 +1,124 @@
-"""The only I/O stage: find dump files under one or more roots, read them safely, compact them.
+"""The only I/O stage: find dump files under one or more roots by content, read them safely,
+compact them.
 
-Recognised names (searched recursively):
-
-* ours: ``rank_<R>.<backend>.fr.pkl|json``, ``rank_<R>.context.json``, ``rank_<R>.stacks.txt``
-  (also under ``ranks/<host>/``);
-* torch's own and anything else: ``<prefix><R>`` with optional ``.pkl``/``.pickle``/``.json``.
-
-Everything else (``summary.*``, READMEs, logs) is ignored. A file that looks like a dump but is
-not one lands in ``unreadable`` with the reason; the same rank and backend found twice keeps the
-newest dump.
+Discovery and rank naming: :mod:`discover` (any name, pickle / JSON / gzip, this plugin's layout
+and ``context.json`` first). Every byte comes through :mod:`safe_read` (regular files, capped).
+A file that looks like a dump but is not readable lands in ``unreadable`` with the reason; a file
+that is not a dump at all in ``ignored``; the same rank and backend found twice keeps the dump
+with the newest entries and lists both under ``duplicates``.
 """
 
 from __future__ import annotations
 
 import gc
+import gzip
+import io
 import json
 import os
-import re
 import sys
+import zlib
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
+from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
-from lightning_ncclx.analysis.model import LoadedFolder, RankContext, RankTrace, Unreadable
-from lightning_ncclx.analysis.parse import build_trace, parse_pg_config
+from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
+from lightning_ncclx.analysis.parse import MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
+from lightning_ncclx.analysis.safe_read import (MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES, MEMORY_HEADROOM_BYTES,
+                                                bounded_memory, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
+from lightning_ncclx.layout import COLLECTION_FILE
 
-_OURS = re.compile(r"^rank_(\d+)\.(.+)\.fr\.(pkl|json)$")
-_CONTEXT = re.compile(r"^rank_(\d+)\.context\.json$")
-_STACKS = re.compile(r"^rank_(\d+)\.stacks\.txt$")
-_FOREIGN = re.compile(r"^(.*?)(\d+)(\.pkl|\.pickle|\.json)?$")
-MAX_DUMP_BYTES = 2 << 30
 FILES_PER_WORKER = 12  # below this many files per process, forking costs more than it saves
 MAX_WORKERS = 16
 
 
-def classify(name: str) -> tuple[str, int, str] | None:
-    """(kind, rank, backend hint) for a file name, or None when it is not ours to read."""
-    if name.startswith((".", "summary.")) or name.endswith((".tmp", ".partial")):
-        return None
-    for kind, pattern in (("context", _CONTEXT), ("stacks", _STACKS)):
-        m = pattern.match(name)
-        if m:
-            return kind, int(m[1]), ""
-    m = _OURS.match(name)
-    if m:
-        return "trace", int(m[1]), m[2]
-    m = _FOREIGN.match(name)
-    if m and not name.startswith("rank_"):
-        return "trace", int(m[2]), ""
-    return None
+class NotADump(Unreadable):
+    """A file that parsed but is no flight-recorder dump, under a name that does not claim one."""
 
 
-def read_trace_file(path: str, rank: int, lib_hint: str = "") -> RankTrace | Unreadable:
-    """Read and compact one dump; never raises for bad input (returns :class:`Unreadable`)."""
+def read_candidate(c: Candidate) -> RankTrace | Unreadable:
+    """Read and compact one candidate file; never raises for bad input."""
     was_enabled = gc.isenabled()
     gc.disable()  # a dump is thousands of acyclic containers: the collector only costs time here
     try:
-        size = os.path.getsize(path)
-        if size == 0:
-            return Unreadable(path, "empty file")
-        if size > MAX_DUMP_BYTES:
-            return Unreadable(path, f"too large for a flight-recorder dump ({size} bytes)")
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        return build_trace(_decode(raw), rank, path, lib_hint)
+        raw = read_regular(c.path, MAX_TRACE_BYTES, "dump")
+        with bounded_memory(MEMORY_HEADROOM_BYTES + 16 * len(raw)):
+            try:
+                data, fmt = _decode(raw)
+            except DumpReadError as exc:
+                return (Unreadable if c.named_like_dump else NotADump)(c.path, str(exc))
+            if not _looks_like_dump(data) and not c.named_like_dump:
+                return NotADump(c.path, "not a flight-recorder dump (no 'version' or 'entries' key)")
+            trace = build_trace(data, c.rank if c.rank is not None else -1, c.path, c.lib_hint)
+        return _with_rank(trace, c, data, fmt)
     except DumpReadError as exc:
-        return Unreadable(path, str(exc))
-    except OSError as exc:
-        return Unreadable(path, f"cannot read: {exc.strerror or exc}")
+        return Unreadable(c.path, str(exc))
+    except MemoryError:
+        return Unreadable(c.path, "needs more than the memory cap to load (a hostile or corrupt pickle)")
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _decode(raw: bytes) -> object:
-    head = raw[:1]
-    if head in (b"{", b"[") or raw[:3] == b"\xef\xbb\xbf":
+def _with_rank(trace: RankTrace, c: Candidate, data: dict, fmt: str) -> RankTrace | Unreadable:
+    content = data.get("rank")
+    stated = content if isinstance(content, int) and not isinstance(content, bool) and 0 <= content < MAX_RANK else None
+    if stated is not None:
+        return replace(trace, rank=stated, rank_from="content", fmt=fmt)
+    if c.rank is not None:
+        return replace(trace, rank=c.rank, rank_from=c.rank_from, fmt=fmt)
+    if c.explicit:
+        return replace(trace, rank=0, rank_from="default (one file given)", fmt=fmt)
+    return Unreadable(c.path, "a flight-recorder dump, but nothing says which rank wrote it: name it "
+                              "rank_<N>.<ext> (e.g. rank_3.pkl) or put it in a folder named rank_<N>")
+
+
+def _looks_like_dump(data: object) -> bool:
+    return isinstance(data, dict) and ("version" in data or "entries" in data)
+
+
+def _decode(raw: bytes) -> tuple[object, str]:
+    kind = sniff(raw[:16])
+    if kind == "gzip":
         try:
-            return json.loads(raw)
+            inner = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(MAX_TRACE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DumpReadError(f"not a valid gzip file ({str(exc)[:80]})") from None
+        if len(inner) > MAX_TRACE_BYTES:
+            raise DumpReadError(f"decompresses to over the {human_bytes(MAX_TRACE_BYTES)} cap")
+        data, fmt = _decode_plain(inner)
+        return data, f"gzip+{fmt}"
+    return _decode_plain(raw)
+
+
+def _decode_plain(raw: bytes) -> tuple[object, str]:
+    kind = sniff(raw[:16])
+    if kind == "json" or raw[:1] == b"[":
+        try:
+            return json.loads(raw), "json"
         except (ValueError, RecursionError) as exc:
             raise DumpReadError(f"not valid JSON ({str(exc)[:80]})") from None
-    if head != b"\x80":
+    if raw[:1] != b"\x80":
         raise DumpReadError("neither a pickle nor JSON (unrecognised first byte)")
-    return safe_loads(raw)
+    return safe_loads(raw), "pickle"
 
 
-def _read_many(jobs: Sequence[tuple[str, int, str]], workers: int) -> list[RankTrace | Unreadable]:
+def _read_many(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
     """Read in ``workers`` forked processes. What comes back per rank is a few compact arrays
     (tens of KiB), never the entries themselves."""
     workers = min(workers, len(jobs) // FILES_PER_WORKER)
     if workers <= 1:
-        return [read_trace_file(*job) for job in jobs]
+        return [read_candidate(job) for job in jobs]
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         chunk = max(1, min(16, len(jobs) // (workers * 8)))
-        return list(pool.map(read_trace_file, *zip(*jobs), chunksize=chunk))
+        return list(pool.map(read_candidate, jobs, chunksize=chunk))
 
 
 def default_workers() -> int:
@@ -117,60 +136,58 @@ def default_workers() -> int:
     return max(1, min(cores, MAX_WORKERS))
 
 
-def walk_files(roots: Iterable[Path]) -> list[Path]:
-    out: list[Path] = []
-    for root in roots:
-        if root.is_file():
-            out.append(root)
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            out.extend(Path(dirpath, f) for f in sorted(filenames))
-    return out
-
-
 def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike] = (),
                 workers: int | None = None) -> LoadedFolder:
     """Read every dump under ``path`` (and ``extra_roots``). Raises DumpReadError only when
     ``path`` does not exist; a folder without readable dumps gives an empty ``traces``."""
     roots = [Path(path), *(Path(p) for p in extra_roots)]
-    if not roots[0].exists():
+    if not os.path.lexists(roots[0]):
         raise DumpReadError(f"{roots[0]}: no such file or folder")
-    jobs: list[tuple[str, int, str]] = []
+    found = discover(r for r in roots if os.path.lexists(r))
     contexts: dict[int, RankContext] = {}
     stacks: dict[int, str] = {}
     activities: dict[int, str] = {}
-    unreadable: list[Unreadable] = []
-    for file in walk_files(r for r in roots if r.exists()):
-        kind = classify(file.name)
-        if kind is None and file in roots:
-            kind = ("trace", 0, "")  # a file named explicitly is read whatever its name; rank 0
-        if kind is None:
+    unreadable: list[Unreadable] = list(found.unreadable)
+    ignored: list[Unreadable] = list(found.ignored)
+    for file, rank in found.contexts:
+        if rank in contexts:
             continue
-        what, rank, hint = kind
-        if what == "trace":
-            jobs.append((str(file), rank, hint))
-        elif what == "context" and rank not in contexts:
-            ctx = read_context(file, rank)
-            if isinstance(ctx, Unreadable):
-                unreadable.append(ctx)
-            else:
-                contexts[rank] = ctx
-        elif what == "stacks" and rank not in stacks:
-            frame, activity = read_stacks(file)
-            if frame:
-                stacks[rank] = frame
-            if activity:
-                activities[rank] = activity
-    results = _read_many(jobs, default_workers() if workers is None else workers)
-    traces = _dedupe([r for r in results if isinstance(r, RankTrace)])
-    unreadable.extend(r for r in results if isinstance(r, Unreadable))
+        ctx = read_context(file, rank)
+        if isinstance(ctx, Unreadable):
+            unreadable.append(ctx)
+        else:
+            contexts[rank] = ctx
+    for file, rank in found.stacks:
+        if rank in stacks or rank in activities:
+            continue
+        frame, activity = read_stacks(file)
+        if frame:
+            stacks[rank] = frame
+        if activity:
+            activities[rank] = activity
+    results = _read_many(found.traces, default_workers() if workers is None else workers)
+    ignored.extend(r for r in results if isinstance(r, NotADump))
+    unreadable.extend(r for r in results if isinstance(r, Unreadable) and not isinstance(r, NotADump))
+    read = [r for r in results if isinstance(r, RankTrace)]
+    traces, duplicates = _dedupe(read)
+    warnings = tuple(_rank_disagreements(read, found.traces))
     gone, silent = read_collection(roots[0])
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
-                        _locations(traces, contexts, roots[0]), gone, silent, activities)
+                        _locations(traces, contexts, roots[0]), gone, silent, activities,
+                        tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings)
 
 
-COLLECTION_FILE = "collection.json"
+def _rank_disagreements(read: list[RankTrace], candidates: Sequence[Candidate]) -> list[str]:
+    named = {c.path: c for c in candidates}
+    out = []
+    for t in read:
+        c = named.get(t.path)
+        if t.rank_from == "content" and c is not None and c.rank is not None and c.rank != t.rank:
+            out.append(f"{t.path}: its {c.rank_from} says rank {c.rank} but its content says rank {t.rank}; "
+                       f"read as rank {t.rank}")
+    return out
+
+
 
 
 def event_folders(root: str | os.PathLike) -> list[Path]:
@@ -185,7 +202,7 @@ def event_folders(root: str | os.PathLike) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         folder = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if d != "ranks")
-        times = [_mtime(folder / f) for f in filenames if _CONTEXT.match(f)]
+        times = [_mtime(folder / f) for f in filenames if CONTEXT.match(f)]
         if times:
             newest[folder] = max(times)
             if folder == root:
@@ -205,9 +222,11 @@ def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict]]:
     (``collection.json``): ranks whose process had exited, and ranks alive but silent
     (rank -> ``{"pid", "host", "state"}``). Empty without that file or when it does not parse."""
     path = root / COLLECTION_FILE
+    if not os.path.lexists(path):
+        return (), {}
     try:
-        data = json.loads(path.read_bytes()) if path.is_file() else {}
-    except (OSError, ValueError):
+        data = json.loads(read_regular(path, MAX_SIDE_FILE_BYTES, "collection file"))
+    except (DumpReadError, ValueError, RecursionError):
         return (), {}
     if not isinstance(data, dict):
         return (), {}
@@ -222,31 +241,41 @@ def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict]]:
     return gone, silent
 
 
-def _dedupe(traces: list[RankTrace]) -> list[RankTrace]:
+def _dedupe(traces: list[RankTrace]) -> tuple[list[RankTrace], list[Duplicate]]:
+    """One dump per (rank, backend): the one whose entries are newest (then the longer one)."""
     best: dict[tuple[int, str], RankTrace] = {}
-    for t in traces:
+    duplicates = []
+    for t in sorted(traces, key=lambda t: t.path):
         key = (t.rank, t.lib)
         old = best.get(key)
-        if old is None or (t.newest_ns, t.n_entries) > (old.newest_ns, old.n_entries):
+        if old is None:
             best[key] = t
-    return sorted(best.values(), key=lambda t: (t.rank, t.lib))
+            continue
+        keep, drop = (t, old) if (t.newest_ns, t.n_entries) > (old.newest_ns, old.n_entries) else (old, t)
+        best[key] = keep
+        duplicates.append(Duplicate(t.rank, t.lib, keep.path, drop.path))
+    kept = {t.path for t in best.values()}
+    duplicates = [d if d.kept in kept else replace(d, kept=best[(d.rank, d.backend)].path) for d in duplicates]
+    return sorted(best.values(), key=lambda t: (t.rank, t.lib)), duplicates
 
 
 def read_context(path: Path, rank: int) -> RankContext | Unreadable:
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_regular(path, MAX_SIDE_FILE_BYTES, "context file"))
+    except DumpReadError as exc:
+        return Unreadable(str(path), str(exc))
+    except (ValueError, RecursionError) as exc:
         return Unreadable(str(path), f"context file is not valid JSON ({str(exc)[:80]})")
     if not isinstance(data, dict):
         return Unreadable(str(path), "context file is not a JSON object")
 
     def _int(key: str) -> int | None:
         v = data.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 else None
 
     def _str(key: str) -> str | None:
         v = data.get(key)
-        return str(v) if v is not None else None
+        return str(v)[:1000] if isinstance(v, (str, int, float)) else None
 
     return RankContext(rank=rank, path=str(path), host=_str("host"), world_size=_int("world_size"),
                        pg_config=parse_pg_config(data.get("pg_config")), phase=_str("phase"),
@@ -257,8 +286,8 @@ def read_context(path: Path, rank: int) -> RankContext | Unreadable:
 def read_stacks(path: Path) -> tuple[str | None, str | None]:
     """(the main thread's innermost user frame, what library code it waits in if known)."""
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
+        text = read_regular(path, MAX_SIDE_FILE_BYTES, "stacks file").decode("utf-8", errors="replace")
+    except DumpReadError:
         return None, None
     return main_thread_user_frame(text), main_thread_activity(text)
 

@@ -106,6 +106,9 @@ class P2POp:
     dst: int
     seq: int
     done: bool
+    sizes: tuple = ()
+    """The tensor's sizes (input sizes, else output sizes) and dtypes, to compare a pair."""
+    dtypes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,11 @@ class RankTrace:
     open_ops: tuple[OpenOp, ...]
     n_entries: int
     newest_ns: int
+    fmt: str = ""
+    """How the file was stored: ``pickle``, ``json``, ``gzip+pickle``, ``gzip+json``."""
+    rank_from: str = ""
+    """Where ``rank`` came from: ``content``, ``context``, ``layout``, ``file name``, ``folder name``."""
+    comm_lib_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,38 @@ class Unreadable:
 
 
 @dataclass(frozen=True)
+class InputFile:
+    """One dump file that was read (``Summary.inputs``)."""
+
+    path: str
+    rank: int
+    rank_from: str
+    backend: str
+    fmt: str
+    version: str
+    comm_lib_version: str
+    entries: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "rank": self.rank, "rank_from": self.rank_from, "backend": self.backend,
+                "format": self.fmt, "version": self.version, "comm_lib_version": self.comm_lib_version,
+                "entries": self.entries}
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """Two files claiming one rank and backend: the one with the newest entries is kept."""
+
+    rank: int
+    backend: str
+    kept: str
+    dropped: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "backend": self.backend, "kept": self.kept, "dropped": self.dropped}
+
+
+@dataclass(frozen=True)
 class LoadedFolder:
     """The result of the only I/O stage."""
 
@@ -163,6 +203,11 @@ class LoadedFolder:
     """Ranks alive but without a dump: ``{"pid", "host", "state"}`` (``/proc`` state letter)."""
     activities: Mapping[int, str] = field(default_factory=dict)
     """rank -> the known library wait its main thread is in (data loader, checkpoint, ...)."""
+    ignored: tuple[Unreadable, ...] = ()
+    """Files skipped as not being dumps (or too large, not regular files): path and reason."""
+    duplicates: tuple[Duplicate, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """Things the loader noticed (a rank in a name that the content contradicts)."""
 
 
 @dataclass(frozen=True)
@@ -318,6 +363,10 @@ class Summary:
     per_rank: tuple[RankRow, ...]
     context: Mapping[str, Any]
     schema: str = SCHEMA
+    inputs: tuple[InputFile, ...] = ()
+    """Every dump file read, with its rank and where that rank came from."""
+    ignored: tuple[Unreadable, ...] = ()
+    duplicates: tuple[Duplicate, ...] = ()
 
     @property
     def headline(self) -> str:
@@ -352,4 +401,7 @@ class Summary:
             "stragglers": [s.to_dict() for s in self.stragglers],
             "per_rank": [r.to_dict() for r in self.per_rank],
             "context": dict(self.context),
+            "inputs": [i.to_dict() for i in self.inputs],
+            "ignored": [{"path": u.path, "why": u.why} for u in self.ignored],
+            "duplicates": [d.to_dict() for d in self.duplicates],
         }

@@ -7,6 +7,7 @@ import re
 from array import array
 from functools import lru_cache
 from operator import gt, itemgetter
+from dataclasses import replace
 from typing import Any
 
 from lightning_ncclx.analysis.columns import (canonical_sig, done_column, open_indices, seq_column, sig_columns,
@@ -19,13 +20,22 @@ _INT = re.compile(r"-?\d+")
 _P2P = re.compile(r"^(send|recv)\s+(-?\d+|\?)\s*(->|<-)\s*(-?\d+|\?)")
 
 
+MAX_RANK = 1 << 20
+"""Group members at or beyond this (or negative) make a ``pg_config`` row malformed."""
+
+
 def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed."""
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return tuple(value)
-    if isinstance(value, str):
-        return _parse_rank_string(value)
-    return None
+    """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed
+    (anything but ints in ``[0, MAX_RANK)``, or more members than that)."""
+    if isinstance(value, (list, tuple)) and len(value) <= MAX_RANK and set(map(type, value)) <= {int}:
+        ranks = tuple(value)
+    elif isinstance(value, str) and len(value) < 16 * MAX_RANK:
+        ranks = _parse_rank_string(value)
+    else:
+        return None
+    if ranks and (min(ranks) < 0 or max(ranks) >= MAX_RANK):
+        return None
+    return ranks
 
 
 @lru_cache(maxsize=256)
@@ -45,11 +55,13 @@ def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     for key, row in raw.items():
         if not isinstance(row, dict):
             continue
-        name = str(row.get("name", key))
+        name, desc = row.get("name", key), row.get("desc", "")
+        if not isinstance(name, (str, int)) or not isinstance(desc, (str, int)):
+            continue  # a container here would only be expanded by str()
         ranks = parse_ranks(row.get("ranks"))
-        if name == "" or ranks is None:
+        if str(name) == "" or ranks is None:
             continue
-        out[name] = (str(row.get("desc", "")), ranks)
+        out[str(name)[:200]] = (str(desc)[:200], ranks)
     return out
 
 
@@ -59,6 +71,8 @@ CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is ex
 def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTrack:
     """Compact one group's entries (all C-level columns; see :mod:`columns`)."""
     seqs = seq_column(es)
+    if seqs and min(seqs) < 0:
+        raise ValueError("negative collective_seq_id")
     if any(map(gt, seqs, seqs[1:])):  # not in sequence order (a reset buffer, a reused group name)
         order = sorted(range(len(es)), key=seqs.__getitem__)
         es = [es[i] for i in order]
@@ -72,7 +86,7 @@ def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTra
     if len(set(seqs)) != len(seqs):  # coalesced: several entries share one sequence id
         return _coalesced_track(lib, name, es, seqs, done, times, [None] * k + calls)
     ids, table = sig_columns(es)
-    return GroupTrack(lib, name, str(es[0]["process_group"][1]), seqs, ids, table, done, times, tuple(calls))
+    return GroupTrack(lib, name, str(es[0]["process_group"][1])[:200], seqs, ids, table, done, times, tuple(calls))
 
 
 def _frames(e: dict) -> Any:
@@ -109,7 +123,9 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
     """Compact one decoded dump. ``rank`` comes from the file name."""
     if not isinstance(dump, dict):
         raise DumpReadError(f"not a flight-recorder dump: top level is {type(dump).__name__}, not dict")
-    version = str(dump.get("version", ""))
+    version = dump.get("version", "")
+    if not isinstance(version, str):
+        raise DumpReadError(f"not a flight-recorder dump: 'version' is {type(version).__name__}, not a string")
     if not version:
         raise DumpReadError("not a flight-recorder dump: no 'version' key")
     if not version.startswith("2."):
@@ -117,14 +133,76 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
     entries = dump.get("entries", [])  # a JSON dump with zero entries has no 'entries' key
     if not isinstance(entries, list):
         raise DumpReadError(f"'entries' is {type(entries).__name__}, not a list")
+    names = check_entry_types(entries)
     try:
-        return _compact(dump, entries, rank, path, version, lib_hint)
+        return _compact(dump, entries, names, rank, path, version, lib_hint)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
-        raise DumpReadError(f"malformed entry ({type(exc).__name__}: {exc})") from None
+        raise DumpReadError(_count_message(entries, f"{type(exc).__name__}: {str(exc)[:100]}")) from None
 
 
-def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_hint: str) -> RankTrace:
-    libs = {n.rpartition(":")[0] for n in set(map(_NAME, entries))}
+_SIZE_KEYS = ("input_sizes", "output_sizes")
+_DTYPE_KEYS = ("input_dtypes", "output_dtypes")
+_CONTAINERS = {list, tuple}
+
+
+def check_entry_types(entries: list) -> list[str]:
+    """The entries are dicts with string ``profiling_name`` s (checked in C); returns the names.
+    The other fields are checked where they are first read (``_listed``, ``seq_column``,
+    ``_partition``, ``_open_op``) before anything hashes, marshals or formats them: a memo-shared
+    pickle can make one field a 2**40-leaf tree, which any of those would walk."""
+    if not set(map(type, entries)) <= {dict}:
+        raise DumpReadError(_count_message(entries, "entries that are not dicts"))
+    try:
+        names = list(map(_NAME, entries))
+    except KeyError:
+        raise DumpReadError(_count_message(entries, "entries without profiling_name")) from None
+    if not set(map(type, names)) <= {str}:
+        raise DumpReadError(_count_message(entries, "profiling_name of the wrong type"))
+    return names
+
+
+def _count_message(entries: list, fallback: str) -> str:
+    """How many entries cannot be trusted, and why for the first (walks every entry: only for a
+    dump already known to be bad)."""
+    bad = [i for i, e in enumerate(entries) if _entry_problem(e)]
+    if not bad:
+        return f"malformed entry ({fallback})"
+    return (f"malformed entry: {len(bad)} of {len(entries)} entries have a field missing or of the wrong type "
+            f"(entry {bad[0]}: {_entry_problem(entries[bad[0]])})")
+
+
+def _entry_problem(e: Any) -> str | None:
+    """Why one entry cannot be trusted, or None."""
+    if not isinstance(e, dict):
+        return f"entry is {type(e).__name__}, not a dict"
+    name, seq, pg = e.get("profiling_name"), e.get("collective_seq_id"), e.get("process_group")
+    if not isinstance(name, str):
+        return "profiling_name is missing" if name is None else f"profiling_name is {type(name).__name__}"
+    if type(seq) is not int or seq < 0:
+        return f"collective_seq_id is {seq!r}" if isinstance(seq, (int, str)) and len(str(seq)) < 40 else \
+            f"collective_seq_id is {type(seq).__name__}"
+    if type(pg) not in _CONTAINERS or len(pg) != 2 or not all(isinstance(x, (str, int)) for x in pg):
+        return "process_group is not a (name, desc) pair"
+    for key in _SIZE_KEYS + _DTYPE_KEYS:
+        v = e.get(key)
+        if v and type(v) not in _CONTAINERS:
+            return f"{key} is {type(v).__name__}"
+        for x in v or ():
+            if key in _DTYPE_KEYS and not isinstance(x, str):
+                return f"{key} holds {type(x).__name__}"
+            if key in _SIZE_KEYS and type(x) is not int and (
+                    type(x) not in _CONTAINERS or not all(type(n) is int for n in x)):
+                return f"{key} holds {type(x).__name__} or nests too deep"
+    for key in ("state", "time_created_ns", "p2p_seq_id"):
+        v = e.get(key)
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return f"{key} is {type(v).__name__}"
+    return None
+
+
+def _compact(dump: dict, entries: list, names: list[str], rank: int, path: str, version: str,
+             lib_hint: str) -> RankTrace:
+    libs = {n.rpartition(":")[0] for n in set(names)}
     lib = _pick_lib(libs, lib_hint)
     by_group, p2p_entries = _partition(entries)
     done_all = done_column(entries, lib)
@@ -135,12 +213,19 @@ def _compact(dump: dict, entries: list, rank: int, path: str, version: str, lib_
     p2p = []
     for e in p2p_entries:
         done = bool(e.get("retired")) if lib == "gloo" else (e.get("state") == "completed" or bool(e.get("retired")))
-        p2p.append(_p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], e.get("p2p_seq_id", 0), done))
+        p2p_seq = e.get("p2p_seq_id", 0)
+        if type(p2p_seq) is not int:
+            raise ValueError(f"p2p_seq_id is {type(p2p_seq).__name__}")
+        op = _p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], p2p_seq, done)
+        sig = canonical_sig(e)
+        p2p.append(replace(op, sizes=sig[1] or sig[3], dtypes=sig[2] or sig[4]))
     open_ops = [_open_op(entries[i], lib) for i in open_indices(done_all)]
     newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
     newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
+    comm = dump.get("comm_lib_version")
     return RankTrace(rank, lib, path, version, parse_pg_config(dump.get("pg_config")), tracks, tuple(p2p),
-                     tuple(open_ops), len(entries), newest)
+                     tuple(open_ops), len(entries), newest,
+                     comm_lib_version=comm[:100] if isinstance(comm, str) else "")
 
 
 _NAME = itemgetter("profiling_name")
@@ -164,16 +249,24 @@ def _partition(entries: list) -> tuple[dict[str, list], list]:
                   and pgs.count(pgs[0]) == len(pgs))
     except KeyError:
         simple = False
-    if simple:
-        return {str(pgs[0][0]): entries}, []
+    if simple:  # every entry's pair equals the first: checking the first checks them all
+        return {_group_name(pgs[0]): entries}, []
     by_group: dict[str, list] = {}
     p2p_entries = []
     for e in entries:
         if _is_p2p(e):
+            _group_name(e["process_group"])
             p2p_entries.append(e)
         else:
-            by_group.setdefault(str(e["process_group"][0]), []).append(e)
+            by_group.setdefault(_group_name(e["process_group"]), []).append(e)
     return by_group, p2p_entries
+
+
+def _group_name(pg: Any) -> str:
+    """The name of a ``process_group`` (name, desc) pair; ValueError for anything else."""
+    if type(pg) not in _CONTAINERS or len(pg) != 2 or not all(type(x) in (str, int) for x in pg):
+        raise ValueError("process_group is not a (name, desc) pair")
+    return str(pg[0])
 
 
 def _open_op(e: dict, lib: str) -> OpenOp:
@@ -181,6 +274,8 @@ def _open_op(e: dict, lib: str) -> OpenOp:
     seq = e["collective_seq_id"]
     is_p2p = _is_p2p(e)
     pg = e["process_group"]
+    if not isinstance(e.get("state", ""), (str, type(None))):
+        raise ValueError(f"state is {type(e.get('state')).__name__}")
     return OpenOp(lib, str(pg[0]), str(pg[1]), e.get("p2p_seq_id", 0) if is_p2p else seq,
                   e["profiling_name"].rpartition(":")[2], is_p2p, e.get("state", ""),
                   e.get("time_created_ns") or 0, format_frames(e.get("frames")))

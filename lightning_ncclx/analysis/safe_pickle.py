@@ -42,6 +42,9 @@ def safe_loads(raw: bytes) -> Any:
         raise
     except (pickle.UnpicklingError, EOFError) as exc:
         raise DumpReadError(f"not a valid pickle ({exc or 'truncated'})") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, MemoryError,
+    except MemoryError:
+        raise DumpReadError("not a valid pickle: it needs more than the memory cap to load (hostile or "
+                            "corrupt)") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
             RecursionError, UnicodeDecodeError) as exc:
         raise DumpReadError(f"not a valid pickle ({type(exc).__name__}: {exc})") from None

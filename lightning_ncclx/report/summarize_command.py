@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from lightning_ncclx.errors import NcclxError
+from lightning_ncclx.report.escape import terminal_safe
 
 EXIT_OK, EXIT_FINDING, EXIT_BAD_INPUT = 0, 1, 2
 _FORMATS = ("text", "json", "markdown", "html")
@@ -27,7 +28,7 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     """
     from lightning_ncclx.analysis import Verdict, analyze_folder
     from lightning_ncclx.analysis.load import event_folders
-    from lightning_ncclx.report import write_atomic
+    from lightning_ncclx.files import atomic_write_text
 
     if fmt not in _FORMATS:
         print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(_FORMATS)})", file=sys.stderr)
@@ -41,27 +42,42 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     try:
         summary = analyze_folder(Path(path))
     except NcclxError as exc:
-        print(f"lightning-ncclx summarize: {exc}", file=sys.stderr)
+        print(terminal_safe(f"lightning-ncclx summarize: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     if not summary.ranks_seen:
-        why = "; ".join(f"{u.path}: {u.why}" for u in summary.unreadable[:10])
-        print(f"lightning-ncclx summarize: no readable flight-recorder dump under {path}"
-              + (f" ({why})" if why else ""), file=sys.stderr)
+        why = "; ".join(f"{u.path}: {u.why}" for u in (summary.unreadable + summary.ignored)[:10])
+        print(terminal_safe(f"lightning-ncclx summarize: no readable flight-recorder dump under {path}"
+                            + (f" ({why})" if why else "")), file=sys.stderr)
         return EXIT_BAD_INPUT
     text = _render(summary, fmt)
     try:
         if output is not None:
-            write_atomic(Path(output), text)
+            atomic_write_text(Path(output), text)
         elif fmt == "text" and sys.stdout.isatty():
             _print_rich(text)
         else:
-            sys.stdout.write(text)
+            _write_stdout(text)
     except OSError as exc:
-        print(f"lightning-ncclx summarize: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"lightning-ncclx summarize: cannot write {terminal_safe(str(output))}: {exc.strerror or exc}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
-    for u in summary.unreadable:
-        print(f"lightning-ncclx summarize: skipped {u.path}: {u.why}", file=sys.stderr)
+    for u in summary.unreadable[:20]:
+        print(terminal_safe(f"lightning-ncclx summarize: skipped {u.path}: {u.why}"), file=sys.stderr)
+    if len(summary.unreadable) > 20:
+        print(f"lightning-ncclx summarize: skipped {len(summary.unreadable) - 20} more unreadable files (see the "
+              "JSON report)", file=sys.stderr)
     return EXIT_OK if summary.verdict is Verdict.NO_HANG else EXIT_FINDING
+
+
+def _write_stdout(text: str) -> None:
+    """Bytes to stdout: lone surrogates (odd file names) become escapes instead of an error."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a replaced stdout (tests): text only
+        sys.stdout.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        return
+    buffer.write(text.encode("utf-8", errors="backslashreplace"))
+    buffer.flush()
 
 
 def _print_rich(text: str) -> None:

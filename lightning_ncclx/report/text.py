@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from lightning_ncclx.analysis.model import Finding, RankRow, Summary, Verdict
+from lightning_ncclx.report.escape import escaped, markdown_safe, terminal_safe
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
@@ -54,9 +57,31 @@ def kind_lines(summary: Summary) -> list[str]:
     return lines
 
 
+_IGNORED_KINDS = (("over the", "too large"), ("not a regular file", "not regular files"),
+                  ("symlink out", "symlinks out of the folder"), ("deeper than", "too deep"),
+                  ("zstd", "compressed"))
+
+
+def input_tally(d: Summary) -> str:
+    """One line: how many dumps were read (by format), and how many files were skipped, by why."""
+    formats = Counter(i.fmt or "?" for i in d.inputs)
+    read = ", ".join(f"{n} {fmt}" for fmt, n in sorted(formats.items()))
+    line = f"inputs: {len(d.inputs)} dump{'s' if len(d.inputs) != 1 else ''} read" + (f" ({read})" if read else "")
+    if d.ignored:
+        kinds = Counter(next((words for key, words in _IGNORED_KINDS if key in u.why), "not dumps") for u in d.ignored)
+        why = ", ".join(f"{n} {k}" for k, n in kinds.most_common()) if len(kinds) > 1 else next(iter(kinds))
+        line += f"; {len(d.ignored)} file{'s' if len(d.ignored) != 1 else ''} ignored ({why})"
+    if d.duplicates:
+        line += f"; {len(d.duplicates)} duplicate{'s' if len(d.duplicates) != 1 else ''} (newest kept)"
+    if d.unreadable:
+        line += f"; {len(d.unreadable)} unreadable"
+    return line
+
+
 def render_text(summary: Summary) -> str:
-    """A report a person reads in ten seconds; plain ``str`` (no markup), fit for a log."""
-    d = summary
+    """A report a person reads in ten seconds; plain ``str`` (no markup), fit for a log. Text
+    from the dumps is escaped (control characters, ESC, lone surrogates)."""
+    d = escaped(summary, terminal_safe)
     out = kind_lines(d)
     if d.verdict is Verdict.NO_HANG:
         out.append("NO HANG FOUND: " + d.headline)
@@ -72,6 +97,7 @@ def render_text(summary: Summary) -> str:
         out.extend(f"  {e}" for e in d.findings[0].evidence if e.startswith("deadlock across groups"))
     out.append("")
     out.append(f"ranks seen: {len(d.ranks_seen)}" + (f"; missing: {_ranks(d.ranks_missing)}" if d.ranks_missing else ""))
+    out.append(input_tally(d))
     out.extend(_location_lines(d))
     if d.findings:
         out.append("findings (likely root cause first):")
@@ -86,18 +112,24 @@ def render_text(summary: Summary) -> str:
         for s in d.stragglers[:5]:
             out.append(f"  rank {s.rank} in group {s.group} ({s.desc}): median {s.median_late_ms:.2f} ms late, "
                        f"p95 {s.p95_late_ms:.2f} ms, last in {s.last_fraction:.0%} of {s.samples}")
+    if d.duplicates:
+        out.append("duplicate dumps of one rank (the newest entries kept):")
+        out.extend(f"  rank {x.rank} ({x.backend}): kept {x.kept}, dropped {x.dropped}" for x in d.duplicates[:20])
     if d.unreadable:
         out.append("unreadable files:")
-        out.extend(f"  {u.path}: {u.why}" for u in d.unreadable)
+        out.extend(f"  {u.path}: {u.why}" for u in d.unreadable[:50])
+        if len(d.unreadable) > 50:
+            out.append(f"  ... {len(d.unreadable) - 50} more in the JSON report")
     return "\n".join(out) + "\n"
 
 
 def render_markdown(summary: Summary) -> str:
-    d = summary
+    """Markdown for a ticket; text from the dumps is escaped (no markup or HTML gets through)."""
+    d = escaped(summary, markdown_safe)
     c = d.classification
     out = [f"# Hang summary: `{d.verdict.value}`", "", f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
     out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
-    out += [f"**{d.headline}**", ""]
+    out += [f"**{d.headline}**", "", input_tally(d), ""]
     if d.verdict is not Verdict.NO_HANG:
         g = d.process_group
         out += ["| | |", "|---|---|", f"| culprit ranks | {_ranks(d.culprit_ranks)} |",
@@ -108,14 +140,14 @@ def render_markdown(summary: Summary) -> str:
         out += ["## Findings (likely root cause first)", ""]
         for f in d.findings[:50]:
             out += [f"- **{f.kind.value}** {f.message}"]
-            out += [f"  - rank {c.rank}: {c.state} - {c.detail}" + (f" at `{c.location}`" if c.location else "")
+            out += [f"  - rank {c.rank}: {c.state} - {c.detail}" + (f" at {c.location}" if c.location else "")
                     for c in f.culprit_states]
             out += [f"  - {e}" for e in f.evidence]
         out.append("")
     if d.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
     out += ["## Ranks", "", "| rank | host | state | detail | location |", "|---|---|---|---|---|"]
-    out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | `{r.location or '-'}` |"
+    out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | {r.location or '-'} |"
             for r in display_rows(d, 256)]
     out.append("")
     if d.stragglers:
@@ -124,5 +156,5 @@ def render_markdown(summary: Summary) -> str:
                 for s in d.stragglers]
         out.append("")
     if d.unreadable:
-        out += ["## Unreadable files", ""] + [f"- `{u.path}`: {u.why}" for u in d.unreadable] + [""]
+        out += ["## Unreadable files", ""] + [f"- {u.path}: {u.why}" for u in d.unreadable[:200]] + [""]
     return "\n".join(out)

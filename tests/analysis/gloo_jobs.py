@@ -23,7 +23,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_jobs(scenarios: dict[str, Path], world: int = 3, timeout_s: float = 120.0) -> dict[str, Path]:
+def run_jobs(scenarios: dict[str, Path], world: int = 3, timeout_s: float = 240.0) -> dict[str, Path]:
     """Run each scenario's ranks concurrently; returns scenario -> its output folder."""
     procs: list[subprocess.Popen] = []
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_FR_BUFFER_SIZE="2000")

@@ -181,3 +181,69 @@ def test_a_rank_behind_a_finished_collective_is_still_the_culprit(tmp_path):
     write(tmp_path, "nccl_trace_rank_2", dump(collectives(6), groups))  # finished 6, never entered 7
     s = analyze_folder(tmp_path)
     assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (2,) and s.collective_seq_id == 7
+
+
+# Each op's own rules, and point-to-point pairs (cases from torch's analyzer tests, Op.match).
+WORLD3 = {"0": ("default_pg", [0, 1, 2])}
+
+
+def _same_everywhere(folder, last: dict) -> None:
+    for r in range(3):
+        es = collectives(3)
+        e = entry(3, 4, last.get("op", "all_reduce"), state="scheduled")
+        e.update({k: v for k, v in last.items() if k != "op"})
+        write(folder, f"rank_{r}.pkl", dump(es + [e], WORLD3))
+
+
+def test_all_reduce_output_differing_from_input_breaks_its_rule_even_when_all_ranks_agree(tmp_path):
+    _same_everywhere(tmp_path, {"output_sizes": [[2]]})
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.SIZE_MISMATCH and s.collective_seq_id == 4
+    assert "all_reduce output sizes must equal its input sizes" in s.headline
+    assert "all_reduce[4->2]/Float" in s.headline
+
+
+def test_all_gather_output_must_be_input_times_group_size(tmp_path):
+    _same_everywhere(tmp_path / "bad", {"op": "_all_gather_base", "output_sizes": [[8]]})
+    s = analyze_folder(tmp_path / "bad")
+    assert s.verdict is Verdict.SIZE_MISMATCH and "x group size (4 x 3 = 12, not 8)" in s.headline
+    _same_everywhere(tmp_path / "list", {"op": "all_gather", "output_sizes": [[4], [4]], "output_dtypes": ["Float"] * 2})
+    assert "one tensor per rank (3), not 2" in analyze_folder(tmp_path / "list").headline
+    for name, out in (("flat", [[12]]), ("listed", [[4], [4], [4]])):
+        _same_everywhere(tmp_path / name, {"op": "all_gather_into_tensor", "output_sizes": out})
+        assert analyze_folder(tmp_path / name).verdict is not Verdict.SIZE_MISMATCH
+
+
+def test_reduce_scatter_input_must_be_output_times_group_size(tmp_path):
+    _same_everywhere(tmp_path, {"op": "reduce_scatter_tensor", "input_sizes": [[10]]})
+    assert "reduce_scatter input element count" in analyze_folder(tmp_path).headline
+
+
+def test_completed_on_some_ranks_and_pending_on_others_is_a_state_mismatch(tmp_path):
+    for r in range(3):
+        es = collectives(4, last_state="completed" if r == 0 else "scheduled")
+        write(tmp_path, f"rank_{r}.pkl", dump(es, WORLD3))
+    s = analyze_folder(tmp_path)
+    assert any("state mismatch at seq 4" in n and "pending on rank(s) 1, 2" in n for n in s.notes), s.notes
+
+
+def _p2p_pair(folder, send: dict, recv_name: str, recv: dict) -> None:
+    for r in (0, 1):
+        es = collectives(3, lib="nccl2")
+        e = entry(3, 0, "send 0->1" if r == 0 else recv_name, lib="nccl2", p2p_seq=1, is_p2p=True, state="scheduled")
+        e.update(send if r == 0 else recv)
+        write(folder, f"rank_{r}.pkl", dump(es + [e], WORLD2))
+
+
+def test_any_source_recv_matches_a_send(tmp_path):
+    _p2p_pair(tmp_path, {}, "recv ?->1", {})
+    assert analyze_folder(tmp_path).findings == ()
+
+
+def test_send_recv_with_different_sizes_is_a_size_mismatch_not_not_entered(tmp_path):
+    _p2p_pair(tmp_path, {}, "recv 1<-0", {"input_sizes": [[8]], "output_sizes": [[8]]})
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.SIZE_MISMATCH and s.culprit_ranks == (0, 1)
+    assert "sizes [(4,)] vs [(8,)]" in s.headline
+    _p2p_pair(tmp_path / "d", {}, "recv 1<-0", {"input_dtypes": ["Half"], "output_dtypes": ["Half"]})
+    assert analyze_folder(tmp_path / "d").verdict is Verdict.DTYPE_MISMATCH

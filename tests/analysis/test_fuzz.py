@@ -65,6 +65,64 @@ def test_random_dump_sets_are_analyzed_and_rendered_without_error(tmp_path, seed
         assert render(s)
     if s.verdict is not Verdict.NO_HANG:
         assert s.culprit_ranks and set(s.culprit_ranks) <= set(range(7))
+    _culprits_are_members(s)
+
+
+def _culprits_are_members(s) -> None:
+    """Property: every finding blames members of the group it is about, and the headline
+    finding's group and culprits are the summary's."""
+    for f in s.findings:
+        assert set(f.ranks) <= set(f.group.ranks), f
+        assert not set(f.ranks) & set(f.waiting_ranks) or f.confidence == "low", f
+    if s.findings:
+        assert s.culprit_ranks == s.findings[0].ranks and s.process_group == s.findings[0].group
+
+
+def _healthy_case(rng: random.Random, folder) -> None:
+    """Every member of every group records the same calls, all finished, valid sizes for each op;
+    ring buffers wrapped at different points; completed send/recv pairs; odd file names."""
+    world = rng.randint(1, 6)
+    groups = {"0": ("default_pg", list(range(world)))}
+    for g in range(1, rng.randint(1, 3)):
+        groups[str(g)] = (rng.choice(("sub", "")), sorted(rng.sample(range(world), rng.randint(1, world))))
+    calls = {name: [] for name in groups}
+    for name, (desc, members) in groups.items():
+        n = len(members)
+        for _ in range(rng.randint(1, 12)):
+            k = rng.choice((1, 2, 4))
+            op, ins, outs = rng.choice((("all_reduce", [[k]], [[k]]), ("broadcast", [[k]], [[k]]),
+                                        ("all_gather", [[k]], [[k]] * n), ("_all_gather_base", [[k]], [[k * n]]),
+                                        ("reduce_scatter", [[k * n]], [[k]]), ("barrier", [[1]], [[1]])))
+            calls[name].append((op, ins, outs))
+    lib = rng.choice(("nccl", "nccl2", "gloo"))
+    for rank in range(world):
+        entries, rid = [], 0
+        for name, (desc, members) in groups.items():
+            if rank not in members:
+                continue
+            dropped = rng.randint(0, 2)  # oldest entries evicted by the ring buffer
+            for seq, (op, ins, outs) in enumerate(calls[name], start=1):
+                if seq <= dropped and seq < len(calls[name]):
+                    continue
+                e = entry(rid, seq, op, lib=lib, pg=(name, desc), t_ns=T0 + seq * 10**6 + rng.randint(0, 1000))
+                e.update(input_sizes=ins, output_sizes=outs, output_dtypes=["Float"] * len(outs))
+                entries.append(e)
+                rid += 1
+        if world > 1 and rng.random() < 0.3:
+            entries.append(entry(rid, 0, "send 0->1" if rank == 0 else "recv 1<-0", lib=lib, is_p2p=True, p2p_seq=1))
+        if entries or rng.random() < 0.5:
+            name = rng.choice((f"nccl_trace_rank_{rank}", f"rank_{rank}.pkl", f"node{rank % 2}/rank{rank}.pickle"))
+            write(folder / name.rpartition("/")[0] if "/" in name else folder, name.rpartition("/")[2],
+                  dump(entries, groups))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_healthy_dump_sets_say_no_hang(tmp_path, seed):
+    rng = random.Random(40_000 + seed)
+    _healthy_case(rng, tmp_path)
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NO_HANG, (s.headline, [f.message for f in s.findings])
+    assert s.culprit_ranks == () and s.unreadable == ()
 
 
 GARBAGE = (None, "x", -1, 2**70, [], {}, [[None]], 1.5, True)
@@ -92,6 +150,7 @@ def test_corrupted_fields_give_an_unreadable_rank_or_an_analysis_never_an_error(
     s = analyze_folder(tmp_path)
     assert isinstance(s.verdict, Verdict)
     assert render_text(s) and render_json(s)
+    _culprits_are_members(s)
 
 
 @pytest.mark.parametrize("seed", range(200))

@@ -12,20 +12,27 @@ import pytest
 from synth import collectives, dump, write
 
 from lightning_ncclx.analysis import Verdict, analyze_folder
-from lightning_ncclx.analysis.load import classify, load_folder
+from lightning_ncclx.analysis.discover import rank_from_folders, rank_from_name
+from lightning_ncclx.analysis.load import load_folder
 from lightning_ncclx.errors import DumpReadError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-h200"
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("rank_00003.nccl2.fr.pkl", ("trace", 3, "nccl2")), ("rank_00003.gloo.fr.json", ("trace", 3, "gloo")),
-    ("rank_00003.context.json", ("context", 3, "")), ("rank_00003.stacks.txt", ("stacks", 3, "")),
-    ("nccl_trace_rank_3", ("trace", 3, "")), ("comm_lib_trace_rank_12", ("trace", 12, "")),
-    ("trace_3.json", ("trace", 3, "")), ("summary.json", None), ("README.md", None), ("summary.html", None),
+    ("rank_00003.nccl2.fr.pkl", 3), ("nccl_trace_rank_3", 3), ("comm_lib_trace_rank_12", 12),
+    ("trace_3.json", 3), ("rank_0.pkl", 0), ("rank3.json", 3), ("trace-rank-5.pickle", 5),
+    ("nccl_trace_rank_12", 12), ("RANK-7.json.gz", 7), ("fr.pkl", None), ("README.md", None),
+    ("rank_2_step_400.pkl", 2),
 ])
-def test_file_names_are_classified(name, expected):
-    assert classify(name) == expected
+def test_the_rank_in_a_file_name(name, expected):
+    assert rank_from_name(name) == expected
+
+
+def test_the_rank_of_the_nearest_folder_named_like_one(tmp_path):
+    assert rank_from_folders(tmp_path / "gathered" / "host7" / "rank_3" / "fr.pkl", tmp_path) == 3
+    assert rank_from_folders(tmp_path / "gathered" / "host7" / "fr.pkl", tmp_path) is None
+    assert rank_from_folders(tmp_path / "12" / "sub" / "fr.pkl", tmp_path) == 12
 
 
 def test_real_nccl_pickle_and_json_read_alike():

@@ -1,0 +1,85 @@
+"""Root cause by program order where no majority can decide: a tie after a rank died without a
+dump, and two groups waiting on each other (the bigger group's vote must not name the victim)."""
+
+from __future__ import annotations
+
+from synth import T0, dump, entry, write
+
+from lightning_ncclx.analysis import Verdict, analyze_folder
+from lightning_ncclx.analysis.order import breaks_period, period_of
+
+
+def _frame(line: int, func: str) -> list:
+    return [{"name": "all_reduce", "filename": "site-packages/torch/distributed/distributed_c10d.py", "line": 1},
+            {"name": func, "filename": "train.py", "line": line}]
+
+
+def test_period_of_a_repeating_history():
+    assert period_of(list("abcabcabc")) == 3 and period_of(list("abcd")) is None
+    assert breaks_period(list("PWPWPWW")) == (True, "P") and breaks_period(list("PWPWPWP")) == (False, "P")
+
+
+def test_two_survivors_of_three_disagree_and_the_one_breaking_its_own_period_is_named(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for rank in (1, 2):  # rank 0 died without a dump
+        es, rid = [], 0
+        for step in range(6):
+            for k, (size, line) in enumerate(((4, 10), (8, 11))):
+                seq = 2 * step + k + 1
+                last = step == 5 and k == 1
+                bad = last and rank == 2
+                es.append(entry(rid, seq, size=2 if bad else size, state="scheduled" if last else "completed",
+                                frames=_frame(20 if bad else line, "bad_step" if bad else "step")))
+                rid += 1
+        write(tmp_path, f"rank_{rank}.pkl", dump(es, groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.SIZE_MISMATCH and s.culprit_ranks == (2,)
+    head = s.findings[0]
+    assert head.confidence == "medium" and head.waiting_ranks == (1,)
+    assert "rank 2 broke the pattern of its own earlier steps" in head.message
+    assert "train.py:11 in step" in head.message
+
+
+def test_a_tie_without_a_period_still_names_nobody(tmp_path):
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for rank in (1, 2):
+        es = [entry(0, 1, size=4), entry(1, 2, size=4 if rank == 1 else 2, state="scheduled")]
+        write(tmp_path, f"rank_{rank}.pkl", dump(es, groups))
+    s = analyze_folder(tmp_path)
+    assert s.findings[0].confidence == "low" and s.findings[0].ranks == (1, 2)
+
+
+def _cycle_dumps(folder, skipper: int = 3) -> None:
+    """World {0,1,2,3} and pair {2,3}; every step: pair all_reduce, then world all_reduce. At step
+    5 rank ``skipper`` skips the pair's all_reduce and goes on to the world's."""
+    groups = {"0": ("default_pg", [0, 1, 2, 3]), "1": ("pair23", [2, 3])}
+    for rank in range(4):
+        es, rid = [], 0
+        for step in range(1, 6):
+            last = step == 5
+            t = T0 + step * 1_000_000
+            if rank in (2, 3) and not (last and rank == skipper):
+                es.append(entry(rid, step, pg=("1", "pair23"), t_ns=t, state="scheduled" if last else "completed"))
+                rid += 1
+                if last:
+                    continue  # the victim waits in the pair's all_reduce
+            es.append(entry(rid, step, pg=("0", "default_pg"), t_ns=t + 500, state="scheduled" if last else "completed"))
+            rid += 1
+        write(folder, f"rank_{rank}.pkl", dump(es, groups))
+
+
+def test_a_cross_group_cycle_blames_the_rank_that_left_its_order_not_the_bigger_groups_minority(tmp_path):
+    _cycle_dumps(tmp_path)
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED
+    assert s.culprit_ranks == (3,), s.headline
+    assert s.process_group.desc == "pair23" and s.waiting_ranks == (2,)
+    assert "why rank 3: it skipped all_reduce #5 of group 1 and went on to all_reduce of group 0" in s.headline
+    victim = s.findings[1]
+    assert victim.ranks == (2,) and victim.group.desc == "default_pg"
+
+
+def test_the_same_cycle_with_the_other_rank_skipping_names_that_rank(tmp_path):
+    _cycle_dumps(tmp_path, skipper=2)
+    s = analyze_folder(tmp_path)
+    assert s.culprit_ranks == (2,) and s.waiting_ranks == (3,)
