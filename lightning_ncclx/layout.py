@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 RANK_PREFIX = "rank_"
@@ -53,3 +54,23 @@ def is_plugin_side_file(name: str) -> bool:
     return (name in REPORT_FILES or name == COLLECTION_FILE or name.endswith(f".{NATIVE_STACKS_SUFFIX}")
             or (name.startswith("teardown-rank") and name.endswith(f".{STACKS_SUFFIX}"))
             or name.endswith((".tmp", ".partial")))
+
+
+RUN_ID_VARIABLE = "LIGHTNING_NCCLX_RUN_ID"
+"""Names the run folder; set by the launching process for Lightning's own launchers."""
+
+
+def run_id_from_environment(environ: os._Environ[str] | dict[str, str] | None = None) -> str | None:
+    """An id that every rank of this run sees identically, from the launcher's environment."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(RUN_ID_VARIABLE)
+    if explicit:
+        return explicit
+    elastic = env.get("TORCHELASTIC_RUN_ID")
+    if elastic and elastic != "none":
+        return f"torchrun-{elastic}"
+    slurm = env.get("SLURM_JOB_ID")
+    if slurm:
+        step = env.get("SLURM_STEP_ID")
+        return f"slurm-{slurm}" + (f".{step}" if step else "")
+    return None

@@ -67,8 +67,8 @@ def _run_registrar(module_name: str) -> None:
         if "partially initialized" not in str(err):
             log.warning("lightning-ncclx could not register its strategies with %s", module_name, exc_info=True)
             return
-        # Our strategy module is itself mid-import (it imported Lightning): it finishes the job
-        # by calling retry_pending() at its end.
+        # Our strategy module is itself mid-import (it imported Lightning): the finder runs
+        # retry_pending() once it has executed.
         with _lock:
             _registered.discard(module_name)
             _pending.add(module_name)
@@ -76,19 +76,28 @@ def _run_registrar(module_name: str) -> None:
         log.warning("lightning-ncclx could not register its strategies with %s", module_name, exc_info=True)
 
 
-class _RegisterAfterExec(importlib.abc.Loader):
-    """Wraps a module's real loader and registers the strategies once the module has executed."""
+STRATEGY_MODULES = frozenset({
+    "lightning_ncclx.strategies.ddp", "lightning_ncclx.strategies.fsdp", "lightning_ncclx.strategies.fsdp2",
+    "lightning_ncclx.strategies.fabric", "lightning_ncclx.strategies.pytorch_lightning",
+})
+"""Our strategy modules: a registration that had to wait for one of them (it was mid-import when
+Lightning finished importing) runs once it has executed. Watched here, so that no strategy
+module imports this one."""
 
-    def __init__(self, loader: importlib.abc.Loader, module_name: str) -> None:
+
+class _RunAfterExec(importlib.abc.Loader):
+    """Wraps a module's real loader and runs ``after`` once the module has executed."""
+
+    def __init__(self, loader: importlib.abc.Loader, after: Callable[[], None]) -> None:
         self._loader = loader
-        self._module_name = module_name
+        self._after = after
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        _run_registrar(self._module_name)
+        self._after()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -96,7 +105,11 @@ class _RegisterAfterExec(importlib.abc.Loader):
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in REGISTRARS or fullname in _registered:
+        if fullname in STRATEGY_MODULES:
+            after: Callable[[], None] = retry_pending
+        elif fullname in REGISTRARS and fullname not in _registered:
+            after = lambda: _run_registrar(fullname)  # noqa: E731
+        else:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -104,7 +117,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _RegisterAfterExec(spec.loader, fullname)
+                    spec.loader = _RunAfterExec(spec.loader, after)
                 return spec
         return None
 
@@ -113,7 +126,7 @@ _finder = _PostImportFinder()
 
 
 def retry_pending() -> None:
-    """Called at the end of each strategy module: registers what had to wait for it."""
+    """Runs after each strategy module has executed: registers what had to wait for it."""
     with _lock:
         waiting = sorted(_pending)
         _pending.clear()
@@ -127,5 +140,5 @@ def install() -> None:
         module = sys.modules.get(module_name)
         if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
             _run_registrar(module_name)
-    if _finder not in sys.meta_path and not all(name in _registered for name in REGISTRARS):
+    if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)

@@ -14,6 +14,7 @@ from lightning_ncclx.analysis.wording import group_label as _group_label
 from lightning_ncclx.analysis.wording import ranks_text as _ranks
 from lightning_ncclx.analysis.wording import short as _short
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
+from lightning_ncclx.analysis.kind import classify
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
 from lightning_ncclx.analysis.order import keeps_period, period_breakers
@@ -209,7 +210,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         notes.insert(0, "no readable flight-recorder dump found")
     notes.extend(loaded.warnings)
     head = findings[0] if findings else None
-    return Summary(
+    summary = Summary(
         source=loaded.root, verdict=head.kind if head else Verdict.NO_HANG,
         culprit_ranks=head.ranks if head else (), process_group=head.group if head else None,
         collective_seq_id=head.seq if head else None, op=head.op if head else None,
@@ -224,6 +225,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
                      for t in traces),
         ignored=loaded.ignored, duplicates=loaded.duplicates,
     )
+    return replace(summary, classification=classify(summary))
 
 
 def _not_started_on_device(dumped: Mapping[int, RankTrace], group: GroupRef, seq: int) -> str | None:

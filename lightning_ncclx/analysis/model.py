@@ -7,7 +7,6 @@ only what a report shows becomes a dataclass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
@@ -367,6 +366,9 @@ class Summary:
     """Every dump file read, with its rank and where that rank came from."""
     ignored: tuple[Unreadable, ...] = ()
     duplicates: tuple[Duplicate, ...] = ()
+    classification: Any = None
+    """The hang kind, advice and restart decision (``analysis.kind.Classification``), set by the
+    analyzer once the rest is known."""
 
     @property
     def headline(self) -> str:
@@ -374,19 +376,13 @@ class Summary:
             return self.findings[0].message
         return self.notes[0] if self.notes else "no hang: all ranks agree"
 
-    @cached_property
-    def classification(self) -> Any:
-        """The hang kind, advice and restart decision (:func:`lightning_ncclx.analysis.kind.classify`)."""
-        from lightning_ncclx.analysis.kind import classify
-
-        return classify(self)
-
     def to_dict(self) -> dict[str, Any]:
         c = self.classification
         return {
             "schema": self.schema, "source": self.source, "verdict": self.verdict.value,
-            "hang_kind": c.kind.value, "hang_kind_reason": c.reason, "advice": list(c.advice),
-            "restart_advice": c.restart_advice(), "hosts_to_exclude": list(c.hosts_to_exclude),
+            "hang_kind": c.kind.value if c else None, "hang_kind_reason": c.reason if c else None,
+            "advice": list(c.advice) if c else [], "restart_advice": c.restart_advice() if c else None,
+            "hosts_to_exclude": list(c.hosts_to_exclude) if c else [],
             "headline": self.headline,
             "culprit_ranks": list(self.culprit_ranks),
             "process_group": self.process_group.to_dict() if self.process_group else None,

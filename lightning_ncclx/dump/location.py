@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-RUN_ID_VARIABLE = "LIGHTNING_NCCLX_RUN_ID"
+from lightning_ncclx.layout import RUN_ID_VARIABLE, run_id_from_environment
+
 DUMPS_FOLDER_NAME = "ncclx_dumps"
 TORCH_DUMPS_SUBFOLDER = "torch"
 
@@ -24,22 +25,6 @@ def hydra_output_dir() -> Path | None:
             return Path(HydraConfig.get().runtime.output_dir)
     except Exception:  # noqa: BLE001 - Hydra present but not running a job: not an error
         return None
-    return None
-
-
-def run_id_from_environment(environ: os._Environ[str] | dict[str, str] | None = None) -> str | None:
-    """An id that every rank of this run sees identically, from the launcher's environment."""
-    env = os.environ if environ is None else environ
-    explicit = env.get(RUN_ID_VARIABLE)
-    if explicit:
-        return explicit
-    elastic = env.get("TORCHELASTIC_RUN_ID")
-    if elastic and elastic != "none":
-        return f"torchrun-{elastic}"
-    slurm = env.get("SLURM_JOB_ID")
-    if slurm:
-        step = env.get("SLURM_STEP_ID")
-        return f"slurm-{slurm}" + (f".{step}" if step else "")
     return None
 
 

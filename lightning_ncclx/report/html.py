@@ -15,6 +15,7 @@ import json
 from lightning_ncclx.analysis.model import RankRow, Summary, Verdict
 from lightning_ncclx.report.text import display_rows, render_text
 from lightning_ncclx.report.timeline import Grid, build_grid, name_groups
+from lightning_ncclx.analysis.kind import classify
 
 MAX_ROWS = 256
 """Rank rows in the table below the fold (culprits always among them)."""
@@ -148,7 +149,7 @@ def embed_json(data: object) -> str:
 
 def render_html(summary: Summary) -> str:
     d = summary
-    c = d.classification
+    c = d.classification or classify(d)
     ok = d.verdict is Verdict.NO_HANG and c.kind.value == "no_hang"
     grid = build_grid(d)
     title = (f"{'NO HANG' if ok else 'HANG'}: {d.verdict.value}"

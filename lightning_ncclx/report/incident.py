@@ -43,7 +43,7 @@ def _dump_times(folder: Path) -> list[float]:
 def incident_info(summary: Summary, folder: Path, environ: Mapping[str, str] | None = None,
                   now: float | None = None) -> dict[str, Any]:
     """The ``incident`` block for ``summary`` written into ``folder``."""
-    from lightning_ncclx.dump.location import run_id_from_environment
+    from lightning_ncclx.layout import run_id_from_environment
 
     env = os.environ if environ is None else environ
     times = _dump_times(folder)

@@ -6,6 +6,7 @@ from collections import Counter
 
 from lightning_ncclx.analysis.model import Finding, RankRow, Summary, Verdict
 from lightning_ncclx.report.escape import escaped, markdown_safe, terminal_safe
+from lightning_ncclx.analysis.kind import classify
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
@@ -49,7 +50,7 @@ def display_rows(summary: Summary, limit: int) -> tuple[RankRow, ...]:
 
 def kind_lines(summary: Summary) -> list[str]:
     """The hang kind with its reason, then what to do next and whether to restart."""
-    c = summary.classification
+    c = summary.classification or classify(summary)
     lines = [f"KIND: {c.kind.value} - {c.reason}"]
     lines += [f"  next: {a}" for a in c.advice]
     exclude = f" (exclude: {','.join(c.hosts_to_exclude)})" if c.hosts_to_exclude else ""
@@ -126,7 +127,7 @@ def render_text(summary: Summary) -> str:
 def render_markdown(summary: Summary) -> str:
     """Markdown for a ticket; text from the dumps is escaped (no markup or HTML gets through)."""
     d = escaped(summary, markdown_safe)
-    c = d.classification
+    c = d.classification or classify(d)
     out = [f"# Hang summary: `{d.verdict.value}`", "", f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
     out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
     out += [f"**{d.headline}**", "", input_tally(d), ""]

@@ -90,8 +90,3 @@ class DDPNcclxStrategy(NcclxStrategyMixin, DDPStrategy):
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         register_ddp_names(cls, strategy_registry)
-
-
-from lightning_ncclx.registration import retry_pending  # noqa: E402
-
-retry_pending()

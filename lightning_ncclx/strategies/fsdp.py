@@ -138,8 +138,3 @@ class FSDPNcclxStrategy(DeviceMeshOnRootDevice, NcclFamilyBarrier, NcclxStrategy
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         register_fsdp_names(cls, strategy_registry)
-
-
-from lightning_ncclx.registration import retry_pending  # noqa: E402
-
-retry_pending()

@@ -46,8 +46,3 @@ class FSDP2NcclxStrategy(PureDataParallelByDefault, NcclFamilyBarrier, NcclxStra
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
         register_fsdp2_names(cls, strategy_registry)
-
-
-from lightning_ncclx.registration import retry_pending  # noqa: E402
-
-retry_pending()

@@ -137,8 +137,3 @@ class PLFSDP2NcclxStrategy(PureDataParallelByDefault, NcclFamilyBarrier, NcclxSt
 
 def registered_pl_strategies() -> list[type]:
     return [PLDDPNcclxStrategy, PLFSDPNcclxStrategy, PLFSDP2NcclxStrategy]
-
-
-from lightning_ncclx.registration import retry_pending  # noqa: E402
-
-retry_pending()
