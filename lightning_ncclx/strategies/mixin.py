@@ -138,6 +138,8 @@ class NcclxStrategyMixin:
         )
         if self.attaches_watchdog and self.ncclx.watchdog.enabled:
             self._ncclx_attach_watchdog()
+        if self.attaches_watchdog and self.ncclx.straggler.enabled:
+            self._ncclx_attach_straggler_detector()
 
     def _ncclx_attach_watchdog(self) -> None:
         from lightning_ncclx.strategies.callbacks import attach_default_watchdog
@@ -145,6 +147,13 @@ class NcclxStrategyMixin:
         trainer = self._ncclx_trainer()
         if trainer is not None:
             attach_default_watchdog(trainer, self.ncclx, self._ncclx_dump_dir)
+
+    def _ncclx_attach_straggler_detector(self) -> None:
+        from lightning_ncclx.strategies.callbacks import attach_default_straggler_detector
+
+        trainer = self._ncclx_trainer()
+        if trainer is not None:
+            attach_default_straggler_detector(trainer, self.ncclx, self._ncclx_dump_dir)
 
     # ------------------------------------------------------------------ after the process group
     def _ncclx_after_group(self) -> None:
