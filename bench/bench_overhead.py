@@ -1,13 +1,14 @@
 """Overhead of lightning-ncclx on a healthy job, measured side by side in one run.
 
 a) Training-step time: Lightning's plain ``ddp`` with the recorder off (TORCH_FR_BUFFER_SIZE=0)
-   against ``ddp_ncclx`` with the recorder at 2000 and 20000 entries and the watchdog on.
+   against ``ddp_ncclx`` with the recorder at 2000 and 20000 entries and the watchdog on, and
+   the same with live straggler detection on (``--straggler-interval`` batches per interval).
    Configurations are interleaved (A B C A B C ...) so machine drift hits all alike; the
    figure is the median of per-run medians, and the ratio is against plain ddp.
 b) Cost per collective: a 16-float gloo all_reduce with the recorder at 0, 2000 and 20000; at
    world size 1 no byte crosses a socket, so the difference is the recorder's own cost.
 
-    python bench/bench_overhead.py [--devices 2,4] [--repeats 3] [--steps 300]
+    python bench/bench_overhead.py [--devices 2,4] [--repeats 3] [--steps 300] [--straggler-interval 100]
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STEP_CONFIGS = [("ddp", 0, "ddp, recorder off"), ("ddp_ncclx", 2000, "ddp_ncclx, FR 2000, watchdog"),
-                ("ddp_ncclx", 20000, "ddp_ncclx, FR 20000, watchdog")]
+                ("ddp_ncclx", 20000, "ddp_ncclx, FR 20000, watchdog"),
+                ("ddp_ncclx+straggler", 20000, "ddp_ncclx, FR 20000, watchdog, straggler detection")]
+"""(strategy, recorder entries, label); straggler detection runs only where the strategy says so."""
 
 
 def free_port() -> int:
@@ -42,13 +45,15 @@ def run(argv: list[str], cwd: Path) -> None:
         raise SystemExit(f"failed: {' '.join(argv)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
 
 
-def bench_steps(devices: int, repeats: int, steps: int, work: Path) -> list[dict]:
+def bench_steps(devices: int, repeats: int, steps: int, work: Path, straggler_interval: int = 100) -> list[dict]:
     medians: dict[str, list[float]] = {label: [] for _, _, label in STEP_CONFIGS}
     for repeat in range(repeats):
         for strategy, buffer_size, label in STEP_CONFIGS:
             out = work / f"steps_{devices}_{repeat}_{strategy}_{buffer_size}.json"
-            run([sys.executable, str(HERE / "overhead_job.py"), "--out", str(out), "--strategy", strategy,
-                 "--devices", str(devices), "--buffer-size", str(buffer_size), "--steps", str(steps)], cwd=work)
+            name, _, extra = strategy.partition("+")
+            run([sys.executable, str(HERE / "overhead_job.py"), "--out", str(out), "--strategy", name,
+                 "--devices", str(devices), "--buffer-size", str(buffer_size), "--steps", str(steps),
+                 "--straggler-interval", str(straggler_interval if extra == "straggler" else 0)], cwd=work)
             medians[label].append(json.loads(out.read_text())["median_s"])
     base = statistics.median(medians[STEP_CONFIGS[0][2]])
     return [{"ranks": devices, "config": label, "median_step_ms": statistics.median(v) * 1e3,
@@ -76,19 +81,23 @@ def main() -> int:
                         help="world sizes of the per-collective test (1: the recorder's own cost, no network)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--straggler-interval", type=int, default=100,
+                        help="straggler.interval_steps of the straggler-detection configuration")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}", "steps": [], "collectives": []}
     with tempfile.TemporaryDirectory(prefix="ncclx-bench-") as tmp:
         work = Path(tmp)
         for devices in (int(d) for d in args.devices.split(",") if d):
-            results["steps"] += bench_steps(devices, args.repeats, args.steps, work)
+            results["steps"] += bench_steps(devices, args.repeats, args.steps, work, args.straggler_interval)
         for world_size in (int(d) for d in args.collective_ranks.split(",") if d):
             results["collectives"] += bench_collectives(world_size, args.repeats, work)
     print(f"machine: {results['machine']}")
-    print("\n| ranks | configuration | median step (ms) | ratio vs plain ddp |\n|---|---|---|---|")
+    print("\n| ranks | configuration | median step (ms) | ratio vs plain ddp | per-repeat medians (ms) |"
+          "\n|---|---|---|---|---|")
     for row in results["steps"]:
-        print(f"| {row['ranks']} | {row['config']} | {row['median_step_ms']:.2f} | {row['ratio_vs_plain_ddp']:.3f} |")
+        print(f"| {row['ranks']} | {row['config']} | {row['median_step_ms']:.2f} | {row['ratio_vs_plain_ddp']:.3f} | "
+              f"{', '.join(f'{x:.2f}' for x in row['runs_ms'])} |")
     print("\n| ranks | recorder entries | gloo all_reduce (µs) | ratio vs off |\n|---|---|---|---|")
     for row in results["collectives"]:
         print(f"| {row['ranks']} | {row['buffer_size']} | {row['per_all_reduce_us']:.1f} | {row['ratio_vs_off']:.3f} |")

@@ -17,13 +17,14 @@ class EnvironmentAdoption(Callback):
 
     Added callbacks still receive this ``setup``: Lightning iterates the live callback list."""
 
-    def __init__(self, features: tuple[str, ...]) -> None:
+    def __init__(self, features: tuple[str, ...], config: NcclxConfig | None = None) -> None:
         self.features = tuple(features)
+        self.config = config if config is not None else NcclxConfig()
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         from lightning_ncclx.strategies.callbacks import attach_default_straggler_detector, attach_default_watchdog
 
-        config = NcclxConfig()
+        config = self.config
         added = []
         if "watchdog" in self.features:
             added.append(attach_default_watchdog(trainer, config, None))

@@ -74,9 +74,10 @@ def render_lines(document: dict[str, Any], most: int = 5) -> list[str]:
     if ranks:
         out.append(f"  slowest ranks in interval {document.get('last_interval')} (work over the median of the peers):")
         for row in ranks[:most]:
-            part = row.get("slow_part", "")
-            out.append(f"    rank {row.get('rank')} on {row.get('host')}: {row.get('score', 0):.2f}x; most excess in "
-                       f"{PART_LABELS.get(part, part)} ({row.get('part_ratios', {}).get(part, 1.0):.2f}x)")
+            part, score = row.get("slow_part", ""), float(row.get("score", 0.0))
+            detail = (f"; most excess in {PART_LABELS.get(part, part)} ({row.get('part_ratios', {}).get(part, 1.0):.2f}x)"
+                      if score > float(document.get("threshold") or 1.0) else "")
+            out.append(f"    rank {row.get('rank')} on {row.get('host')}: {score:.2f}x{detail}")
     return out
 
 
@@ -86,3 +87,11 @@ def render_file(path: Path) -> str:
         return "\n".join(render_lines(json.loads(Path(path).read_text()))) + "\n"
     except (OSError, ValueError, AttributeError) as err:
         return f"stragglers: {path} is unreadable ({err})\n"
+
+
+def incident_count(path: Path) -> int:
+    """Straggler incidents recorded in a ``stragglers.json`` file (0 when unreadable)."""
+    try:
+        return len(json.loads(Path(path).read_text()).get("incidents") or [])
+    except (OSError, ValueError, AttributeError):
+        return 0

@@ -74,12 +74,14 @@ class Incident:
     score_max: float
     part_ratio: float
     message: str
+    opened_interval: int
+    """The interval whose score completed ``patience`` (when the warning was given)."""
     open: bool = True
 
     def to_json(self) -> dict[str, object]:
         return {"rank": self.rank, "host": self.host, "part": self.part, "first_interval": self.first_interval,
                 "last_interval": self.last_interval, "score_max": round(self.score_max, 4),
-                "part_ratio": round(self.part_ratio, 4), "open": self.open, "message": self.message}
+                "part_ratio": round(self.part_ratio, 4), "opened_interval": self.opened_interval, "open": self.open, "message": self.message}
 
 
 def describe(score: RankScore, intervals: int, interval_steps: int) -> str:
@@ -127,7 +129,8 @@ class IncidentTracker:
                                         first_interval=scores.interval - self._above[s.rank] + 1,
                                         last_interval=scores.interval, score_max=s.score,
                                         part_ratio=s.part_ratios.get(s.slow_part, 1.0),
-                                        message=describe(s, self._above[s.rank], self.interval_steps))
+                                        message=describe(s, self._above[s.rank], self.interval_steps),
+                                        opened_interval=scores.interval)
                     self._open[s.rank] = incident
                     self.incidents.append(incident)
                     opened.append(incident)

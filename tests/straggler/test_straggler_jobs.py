@@ -1,0 +1,53 @@
+"""Real 4-rank Lightning fits (gloo on CPU, sleep-based steps): a slow rank is named with the
+slow part, a healthy noisy fit raises nothing. Outcomes only: no assertion on a duration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from straggler.harness import run_job
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _one_incident(result, rank: int, part: str) -> dict:
+    assert result.returncode == 0, result.log[-4000:]
+    warnings = result.warnings()
+    assert len(warnings) == 1, f"expected one warning, got {warnings}\n{result.log[-4000:]}"
+    document = result.stragglers()
+    assert len(document["incidents"]) == 1, document["incidents"]
+    incident = document["incidents"][0]
+    assert (incident["rank"], incident["part"]) == (rank, part), incident
+    assert incident["opened_interval"] <= 1, f"named at interval {incident['opened_interval']}, not within 2"
+    assert f"rank {rank} on " in warnings[0]
+    return incident
+
+
+def test_rank_with_slow_compute_is_named_within_two_intervals(tmp_path: Path) -> None:
+    # 30% more sleep in training_step on rank 2; detection attached by ddp_ncclx itself
+    result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "2", "--attach", "strategy")
+    incident = _one_incident(result, 2, "forward")
+    assert "forward 1." in incident["message"] and "data fetch, optimizer normal" in incident["message"]
+    rows = result.metrics_rows()
+    assert rows and {float(r["ncclx/straggler/slowest_rank"]) for r in rows} == {2.0}, rows
+    assert all(float(r["ncclx/straggler/score_max"]) > 1.2 for r in rows), rows
+
+
+def test_rank_with_slow_loader_is_named_with_data_fetch(tmp_path: Path) -> None:
+    # rank 1's dataset sleeps 30% of a step per item; stock ddp with the callback
+    result = run_job(tmp_path, "--fault", "slow_loader", "--fault-rank", "1", "--attach", "callback")
+    incident = _one_incident(result, 1, "data_fetch")
+    assert "data fetch" in incident["message"] and "forward, optimizer normal" in incident["message"]
+
+
+def test_healthy_noisy_fit_raises_no_warning_over_20_intervals(tmp_path: Path) -> None:
+    # every rank's step is 100 ms x uniform(0.8, 1.2), independently per rank and batch
+    result = run_job(tmp_path, "--fault", "noisy", "--noise", "0.2", "--intervals", "20", "--attach", "callback")
+    assert result.returncode == 0, result.log[-4000:]
+    assert result.warnings() == [], result.warnings()
+    document = result.stragglers()
+    assert document["incidents"] == []
+    assert document["intervals_scored"] == 20, document
+    assert len(document["ranks"]) == 4
