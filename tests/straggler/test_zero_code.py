@@ -25,7 +25,8 @@ def entry_point_path(tmp_path: Path) -> list[Path]:
     """A folder holding a ``*.dist-info`` with the entry points ``pyproject.toml`` declares, as pip
     installs them; empty when the installed lightning-ncclx already declares them (no doubles)."""
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
-    installed = {ep.group for ep in importlib.metadata.entry_points() if ep.value.startswith("lightning_ncclx.")}
+    installed = {g for g in GROUPS if any(ep.value.startswith("lightning_ncclx.")
+                                          for ep in importlib.metadata.entry_points(group=g))}
     if all(g in installed for g in GROUPS):
         return []
     site = tmp_path / "site"
