@@ -3,7 +3,11 @@
 A rank's score is its work (data fetch + forward + optimizer, medians over the interval) over
 the median of its peers' work. The median of the *peers* (not of all ranks) keeps one slow rank
 from pulling the reference up, and a per-interval median per part ignores a single slow batch.
-The slow part is the one with the largest excess over the peers' median of that part.
+
+Peers may wait for a straggler inside a scored part (FSDP all-gathers parameters in forward):
+where a rank took less time than *every* peer, the peers spent that difference waiting for it,
+so it is taken off their work before the ratio. The slow part is the one with the largest excess
+over the peers' median of that part.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ class RankScore:
     rank: int
     host: str
     score: float
-    """Work over the median of the peers' work (1.0: like the others)."""
+    """Work over the median of the peers' work, net of their waiting for this rank (1.0: like the others)."""
     slow_part: str
     """The scored part with the largest excess over the peers' median of it."""
     part_ratios: dict[str, float]
@@ -55,10 +59,13 @@ def score_interval(summaries: list[IntervalSummary]) -> IntervalScores | None:
     for me in summaries:
         peers = [s for s in summaries if s.rank != me.rank]
         peer_work = statistics.median(s.work_seconds for s in peers)
+        waited_for_me = sum(max(0.0, min(s.parts.get(p, 0.0) for s in peers) - me.parts.get(p, 0.0))
+                            for p in SCORED_PARTS)
+        reference = peer_work - waited_for_me if peer_work - waited_for_me > 0 else peer_work
         medians = {p: statistics.median(s.parts.get(p, 0.0) for s in peers) for p in me.parts}
         ratios = {p: _ratio(me.parts[p], medians[p]) for p in me.parts}
         slow = max(SCORED_PARTS, key=lambda p: me.parts.get(p, 0.0) - medians.get(p, 0.0))
-        scores.append(RankScore(rank=me.rank, host=me.host, score=_ratio(me.work_seconds, peer_work), slow_part=slow,
+        scores.append(RankScore(rank=me.rank, host=me.host, score=_ratio(me.work_seconds, reference), slow_part=slow,
                                 part_ratios=ratios, parts=dict(me.parts), peer_medians=medians))
     scores.sort(key=lambda s: (-s.score, s.rank))
     return IntervalScores(interval=interval, ranks=tuple(scores))
@@ -91,7 +98,7 @@ def describe(score: RankScore, intervals: int, interval_steps: int) -> str:
     ref = score.peer_medians.get(part, 0.0) * 1e3
     head = (f"rank {score.rank} on {score.host}: {PART_LABELS[part]} {score.part_ratios.get(part, 1.0):.2f}x the median "
             f"for {intervals} interval{'s' if intervals != 1 else ''} ({ms:.1f} ms vs {ref:.1f} ms per batch; "
-            f"its work {score.score:.2f}x the median of its peers, intervals of {interval_steps} batches)")
+            f"score {score.score:.2f}, intervals of {interval_steps} batches)")
     others = [p for p in SCORED_PARTS if p != part]
     normal = [PART_LABELS[p] for p in others if score.part_ratios.get(p, 1.0) < 1.1 or
               score.parts.get(p, 0.0) - score.peer_medians.get(p, 0.0) < 0.1 * (ms - ref) / 1e3]

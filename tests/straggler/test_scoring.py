@@ -32,6 +32,16 @@ def test_waiting_in_backward_is_not_scored() -> None:
     assert max(s.score for s in scores.ranks if s.rank != 2) == pytest.approx(1.0)
 
 
+def test_peers_waiting_inside_forward_are_not_counted_as_their_work() -> None:
+    # FSDP-like: the others wait for rank 1's slow loader in their forward's all-gather
+    scores = score_interval([summary(0, forward=0.133), summary(1, data=0.032, forward=0.103), summary(2, forward=0.133)])
+    assert scores is not None
+    top = scores.ranks[0]
+    assert (top.rank, top.slow_part) == (1, "data_fetch")
+    assert top.score == pytest.approx(0.136 / (0.136 - 0.030))
+    assert max(s.score for s in scores.ranks[1:]) < 1.05
+
+
 def test_slow_loader_is_the_slow_part() -> None:
     scores = score_interval([summary(0), summary(1, data=0.032), summary(2), summary(3)])
     assert scores is not None and scores.ranks[0].rank == 1 and scores.ranks[0].slow_part == "data_fetch"

@@ -8,7 +8,7 @@ Every training step sleeps ``--step-ms`` (the rank's "compute"). Faults: ``none`
 rank's step is ``step-ms`` x uniform(1 - noise, 1 + noise), independently per rank and step).
 
 ``--attach``: ``callback`` adds ``StragglerDetector`` to stock ``ddp``; ``strategy`` uses
-``ddp_ncclx`` (which attaches it); ``none`` imports nothing from lightning_ncclx (zero-code
+``--strategy`` (``ddp_ncclx``, ``fsdp_ncclx`` or ``fsdp2_ncclx``, which attach it); ``none`` imports nothing from lightning_ncclx (zero-code
 adoption through the entry point and ``LIGHTNING_NCCLX_WATCH``).
 """
 
@@ -38,6 +38,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--intervals", type=int, default=6)
     p.add_argument("--patience", type=int, default=2)
     p.add_argument("--attach", default="callback", choices=["callback", "strategy", "none"])
+    p.add_argument("--strategy", default="ddp_ncclx", choices=["ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx"],
+                   help="with --attach strategy")
     p.add_argument("--root-dir", required=True)
     return p.parse_args()
 
@@ -77,6 +79,14 @@ class Model(LightningModule):
         time.sleep(seconds)
         return self.layer(batch).sum()
 
+    def configure_model(self) -> None:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
+        if isinstance(self.trainer.strategy, ModelParallelStrategy):  # FSDP2 shards here; others need nothing
+            from torch.distributed.fsdp import fully_shard
+
+            fully_shard(self.layer, mesh=self.device_mesh["data_parallel"])
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
@@ -94,10 +104,11 @@ def main() -> int:
 
         callbacks.append(StragglerDetector(StragglerConfig(**settings)))
     elif args.attach == "strategy":
-        from lightning_ncclx.strategies import DDPNcclxStrategy
+        from lightning_ncclx import strategies
 
-        strategy = DDPNcclxStrategy(ncclx={"backend": "gloo", "straggler": settings,
-                                           "flight_recorder": {"buffer_size": 2000}})
+        cls = {"ddp_ncclx": strategies.DDPNcclxStrategy, "fsdp_ncclx": strategies.FSDPNcclxStrategy,
+               "fsdp2_ncclx": strategies.FSDP2NcclxStrategy}[args.strategy]
+        strategy = cls(ncclx={"backend": "gloo", "straggler": settings, "flight_recorder": {"buffer_size": 2000}})
     trainer = Trainer(accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=1,
                       limit_train_batches=batches, limit_val_batches=0, num_sanity_val_steps=0,
                       callbacks=callbacks, enable_progress_bar=False, enable_model_summary=False,
