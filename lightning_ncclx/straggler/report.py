@@ -75,8 +75,9 @@ def render_lines(document: dict[str, Any], most: int = 5) -> list[str]:
         out.append(f"  slowest ranks in interval {document.get('last_interval')} (work over the median of the peers):")
         for row in ranks[:most]:
             part, score = row.get("slow_part", ""), float(row.get("score", 0.0))
-            detail = (f"; most excess in {PART_LABELS.get(part, part)} ({row.get('part_ratios', {}).get(part, 1.0):.2f}x)"
-                      if score > float(document.get("threshold") or 1.0) else "")
+            ratio = float(row.get("part_ratios", {}).get(part, 1.0))
+            slow = score > float(document.get("threshold") or 1.0)
+            detail = f"; most excess in {PART_LABELS.get(part, part)} ({ratio:.2f}x)" if slow else ""
             out.append(f"    rank {row.get('rank')} on {row.get('host')}: {score:.2f}x{detail}")
     return out
 

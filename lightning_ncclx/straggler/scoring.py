@@ -88,23 +88,31 @@ class Incident:
     def to_json(self) -> dict[str, object]:
         return {"rank": self.rank, "host": self.host, "part": self.part, "first_interval": self.first_interval,
                 "last_interval": self.last_interval, "score_max": round(self.score_max, 4),
-                "part_ratio": round(self.part_ratio, 4), "opened_interval": self.opened_interval, "open": self.open, "message": self.message}
+                "part_ratio": round(self.part_ratio, 4), "opened_interval": self.opened_interval, "open": self.open,
+                "message": self.message}
 
 
 def describe(score: RankScore, intervals: int, interval_steps: int) -> str:
     """``rank 5 on gpu-12: forward 1.31x the median for 3 intervals (...); data fetch normal``."""
     part = score.slow_part
-    ms = score.parts.get(part, 0.0) * 1e3
-    ref = score.peer_medians.get(part, 0.0) * 1e3
-    head = (f"rank {score.rank} on {score.host}: {PART_LABELS[part]} {score.part_ratios.get(part, 1.0):.2f}x the median "
-            f"for {intervals} interval{'s' if intervals != 1 else ''} ({ms:.1f} ms vs {ref:.1f} ms per batch; "
-            f"score {score.score:.2f}, intervals of {interval_steps} batches)")
-    others = [p for p in SCORED_PARTS if p != part]
-    normal = [PART_LABELS[p] for p in others if score.part_ratios.get(p, 1.0) < 1.1 or
-              score.parts.get(p, 0.0) - score.peer_medians.get(p, 0.0) < 0.1 * (ms - ref) / 1e3]
-    slow_too = [f"{PART_LABELS[p]} {score.part_ratios.get(p, 1.0):.2f}x" for p in others if PART_LABELS[p] not in normal]
-    tail = "; ".join(([f"{', '.join(normal)} normal"] if normal else []) + (["also " + ", ".join(slow_too)] if slow_too else []))
-    return head + (f"; {tail}" if tail else "")
+    ratio = score.part_ratios.get(part, 1.0)
+    excess = score.parts.get(part, 0.0) - score.peer_medians.get(part, 0.0)
+    head = (f"rank {score.rank} on {score.host}: {PART_LABELS[part]} {ratio:.2f}x the median "
+            f"for {intervals} interval{'s' if intervals != 1 else ''} ({score.parts.get(part, 0.0) * 1e3:.1f} ms vs "
+            f"{score.peer_medians.get(part, 0.0) * 1e3:.1f} ms per batch; score {score.score:.2f}, "
+            f"intervals of {interval_steps} batches)")
+    normal, slow_too = [], []
+    for p in SCORED_PARTS:
+        if p == part:
+            continue
+        # "normal": close to the peers, or an excess that is small next to the slow part's
+        other_excess = score.parts.get(p, 0.0) - score.peer_medians.get(p, 0.0)
+        if score.part_ratios.get(p, 1.0) < 1.1 or other_excess < 0.1 * excess:
+            normal.append(PART_LABELS[p])
+        else:
+            slow_too.append(f"{PART_LABELS[p]} {score.part_ratios.get(p, 1.0):.2f}x")
+    tail = ([f"{', '.join(normal)} normal"] if normal else []) + ([f"also {', '.join(slow_too)}"] if slow_too else [])
+    return head + "".join(f"; {t}" for t in tail)
 
 
 @dataclass

@@ -64,7 +64,8 @@ class StepRecord:
         start, end = source.get("start"), source.get("end")
         if start is None or end is None:
             return out
-        before_bwd, after_bwd, before_opt = source.get("before_backward"), source.get("after_backward"), source.get("before_optimizer")
+        before_bwd, after_bwd = source.get("before_backward"), source.get("after_backward")
+        before_opt = source.get("before_optimizer")
         out["forward"] = elapsed(start, before_bwd if before_bwd is not None else end)
         if before_bwd is not None and after_bwd is not None:
             out["backward"] = elapsed(before_bwd, after_bwd)

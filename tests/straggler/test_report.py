@@ -20,9 +20,10 @@ def run_folder(folder: Path, slow: bool) -> Path:
     tracker = IncidentTracker(threshold=1.2, patience=2, interval_steps=10)
     scores = None
     for i in range(3):
+        forward = [0.13 if (slow and r == 5) else 0.1 for r in range(8)]
         scores = score_interval([IntervalSummary(rank=r, interval=i, host=f"gpu-{r}", batches=10,
-                                                 parts={"data_fetch": 0.001, "forward": 0.13 if (slow and r == 5) else 0.1,
-                                                        "optimizer": 0.001}) for r in range(8)])
+                                                 parts={"data_fetch": 0.001, "forward": forward[r], "optimizer": 0.001})
+                                 for r in range(8)])
         assert scores is not None
         tracker.update(scores)
     write_document(folder, build_document(scores=scores, incidents=tracker.incidents, intervals_scored=3,

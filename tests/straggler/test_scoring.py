@@ -34,7 +34,8 @@ def test_waiting_in_backward_is_not_scored() -> None:
 
 def test_peers_waiting_inside_forward_are_not_counted_as_their_work() -> None:
     # FSDP-like: the others wait for rank 1's slow loader in their forward's all-gather
-    scores = score_interval([summary(0, forward=0.133), summary(1, data=0.032, forward=0.103), summary(2, forward=0.133)])
+    scores = score_interval([summary(0, forward=0.133), summary(1, data=0.032, forward=0.103),
+                             summary(2, forward=0.133)])
     assert scores is not None
     top = scores.ranks[0]
     assert (top.rank, top.slow_part) == (1, "data_fetch")

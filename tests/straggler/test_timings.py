@@ -64,5 +64,6 @@ def test_manual_optimization_without_backward_hooks_counts_the_step_as_forward()
 
 
 def test_compact_form_round_trips() -> None:
-    s = IntervalSummary(rank=1, interval=2, host="gpu-12", batches=100, parts={"forward": 0.1234567, "data_fetch": 0.001})
+    s = IntervalSummary(rank=1, interval=2, host="gpu-12", batches=100,
+                        parts={"forward": 0.1234567, "data_fetch": 0.001})
     assert IntervalSummary.from_compact(s.to_compact()) == s

@@ -8,8 +8,9 @@ Every training step sleeps ``--step-ms`` (the rank's "compute"). Faults: ``none`
 rank's step is ``step-ms`` x uniform(1 - noise, 1 + noise), independently per rank and step).
 
 ``--attach``: ``callback`` adds ``StragglerDetector`` to stock ``ddp``; ``strategy`` uses
-``--strategy`` (``ddp_ncclx``, ``fsdp_ncclx`` or ``fsdp2_ncclx``, which attach it); ``none`` imports nothing from lightning_ncclx (zero-code
-adoption through the entry point and ``LIGHTNING_NCCLX_WATCH``).
+``--strategy`` (``ddp_ncclx``, ``fsdp_ncclx`` or ``fsdp2_ncclx``, which attach it); ``none``
+imports nothing from lightning_ncclx (zero-code adoption through the entry point and
+``LIGHTNING_NCCLX_WATCH``).
 """
 
 from __future__ import annotations
