@@ -7,6 +7,9 @@ a) Training-step time: Lightning's plain ``ddp`` with the recorder off (TORCH_FR
    figure is the median of per-run medians, and the ratio is against plain ddp.
 b) Cost per collective: a 16-float gloo all_reduce with the recorder at 0, 2000 and 20000; at
    world size 1 no byte crosses a socket, so the difference is the recorder's own cost.
+c) Straggler detection's own work, in process: the main thread's readings per batch (five hook
+   points) and the helper thread's summary of one 100-batch interval; resolves what a shared
+   machine's step-time noise cannot.
 
     python bench/bench_overhead.py [--devices 2,4] [--repeats 3] [--steps 300] [--straggler-interval 100]
 """
@@ -22,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +78,34 @@ def bench_collectives(world_size: int, repeats: int, work: Path) -> list[dict]:
              "ratio_vs_off": statistics.median(v) / base, "runs_us": [round(x, 2) for x in v]} for size, v in per_op.items()]
 
 
+def bench_straggler_hooks(batches: int = 200_000, interval: int = 100) -> dict:
+    sys.path.insert(0, str(HERE.parent))
+    from lightning_ncclx.straggler.timings import StepRecorder, summarize_records
+
+    recorder = StepRecorder()
+
+    def one_batch() -> None:
+        recorder.batch_start()
+        for mark in ("before_backward", "after_backward", "before_optimizer"):
+            recorder.mark(mark)
+        recorder.batch_end()
+
+    start = time.perf_counter()
+    for i in range(batches):
+        one_batch()
+        if (i + 1) % interval == 0:
+            recorder.take()
+    per_batch = (time.perf_counter() - start) / batches
+    for _ in range(interval):
+        one_batch()
+    records = recorder.take()
+    start = time.perf_counter()
+    for _ in range(200):
+        summarize_records(records, rank=0, interval=0, host="h")
+    return {"main_thread_us_per_batch": per_batch * 1e6,
+            "helper_thread_us_per_interval": (time.perf_counter() - start) / 200 * 1e6, "interval_batches": interval}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="2,4")
@@ -92,6 +124,7 @@ def main() -> int:
             results["steps"] += bench_steps(devices, args.repeats, args.steps, work, args.straggler_interval)
         for world_size in (int(d) for d in args.collective_ranks.split(",") if d):
             results["collectives"] += bench_collectives(world_size, args.repeats, work)
+    results["straggler_hooks"] = bench_straggler_hooks()
     print(f"machine: {results['machine']}")
     print("\n| ranks | configuration | median step (ms) | ratio vs plain ddp | per-repeat medians (ms) |"
           "\n|---|---|---|---|---|")
@@ -101,6 +134,9 @@ def main() -> int:
     print("\n| ranks | recorder entries | gloo all_reduce (µs) | ratio vs off |\n|---|---|---|---|")
     for row in results["collectives"]:
         print(f"| {row['ranks']} | {row['buffer_size']} | {row['per_all_reduce_us']:.1f} | {row['ratio_vs_off']:.3f} |")
+    hooks = results["straggler_hooks"]
+    print(f"\nstraggler detection, own work: {hooks['main_thread_us_per_batch']:.1f} µs per batch on the main thread, "
+          f"{hooks['helper_thread_us_per_interval']:.0f} µs per {hooks['interval_batches']}-batch interval on its thread")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
