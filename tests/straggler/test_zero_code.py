@@ -16,7 +16,7 @@ import pytest
 from lightning_ncclx.zero_code import features_from_environment
 from straggler.harness import REPO, run_job
 
-OVERRIDES = "straggler.interval_steps=5 straggler.patience=2 straggler.poll_interval_seconds=0.2"
+OVERRIDES = "straggler.interval_steps=10 straggler.patience=2 straggler.poll_interval_seconds=0.2"
 GROUPS = ("lightning.pytorch.callbacks_factory", "pytorch_lightning.callbacks_factory")
 
 
@@ -71,7 +71,7 @@ def test_overrides_configure_and_a_typo_fails_naming_the_key() -> None:
     from lightning_ncclx.zero_code import config_from_environment
 
     cfg = config_from_environment({"LIGHTNING_NCCLX_OVERRIDES": OVERRIDES + " watchdog.train_step_seconds=120"})
-    assert (cfg.straggler.interval_steps, cfg.straggler.patience, cfg.watchdog.train_step_seconds) == (5, 2, 120)
+    assert (cfg.straggler.interval_steps, cfg.straggler.patience, cfg.watchdog.train_step_seconds) == (10, 2, 120)
     with pytest.raises(ConfigError, match="ncclx.straggler.threshold=0.9 is not valid"):
         config_from_environment({"LIGHTNING_NCCLX_OVERRIDES": "straggler.threshold=0.9"})
     with pytest.raises(ConfigError, match="intervals_steps"):
@@ -91,7 +91,7 @@ def test_stock_ddp_job_gets_watchdog_and_straggler_warning_without_code(tmp_path
                                                                         entry_point_path: list[Path]) -> None:
     job = (Path(__file__).parent / "jobs" / "straggler_job.py").read_text()
     assert "import lightning_ncclx\n" not in job  # the --attach none path imports nothing of ours
-    result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "3", "--attach", "none",
+    result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "3", "--attach", "none", "--step-ms", "200",
                      extra_env={"LIGHTNING_NCCLX_WATCH": "1", "LIGHTNING_NCCLX_OVERRIDES": OVERRIDES},
                      pythonpath=entry_point_path)
     assert result.returncode == 0, result.log[-4000:]

@@ -35,7 +35,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--noise", type=float, default=0.2)
     p.add_argument("--step-ms", type=float, default=100.0)
     p.add_argument("--devices", type=int, default=4)
-    p.add_argument("--interval-steps", type=int, default=5)
+    p.add_argument("--interval-steps", type=int, default=10)
     p.add_argument("--intervals", type=int, default=6)
     p.add_argument("--patience", type=int, default=2)
     p.add_argument("--attach", default="callback", choices=["callback", "strategy", "none"])
