@@ -1,6 +1,6 @@
 """One Lightning fit for bench_overhead.py: a small MLP on CPU, step times measured on rank 0.
 
-    python overhead_job.py --out FILE --strategy {ddp,ddp_ncclx} --devices N --buffer-size B --steps S
+    python overhead_job.py --out FILE --strategy {ddp,ddp_ncclx} --devices N --buffer-size B --steps S [--straggler-interval K]
 """
 
 from __future__ import annotations
@@ -51,13 +51,16 @@ def main() -> int:
     parser.add_argument("--buffer-size", type=int, default=0)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--straggler-interval", type=int, default=0, help="0: straggler detection off")
     args = parser.parse_args()
     torch.set_num_threads(1)
     strategy: object = args.strategy
     if args.strategy == "ddp_ncclx":
         from lightning_ncclx.strategies import DDPNcclxStrategy
 
-        strategy = DDPNcclxStrategy(ncclx={"flight_recorder": {"buffer_size": args.buffer_size}, "watchdog": {"enabled": True}})
+        straggler = {"enabled": args.straggler_interval > 0, "interval_steps": max(2, args.straggler_interval)}
+        strategy = DDPNcclxStrategy(ncclx={"flight_recorder": {"buffer_size": args.buffer_size}, "watchdog": {"enabled": True},
+                                           "straggler": straggler})
     else:
         os.environ["TORCH_FR_BUFFER_SIZE"] = str(args.buffer_size)
     timer = StepTimer()

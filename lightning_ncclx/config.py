@@ -287,14 +287,46 @@ def exit_code_for(kind: Any, watchdog: WatchdogConfig) -> int:
 
 
 @dataclass(kw_only=True)
+class StragglerConfig:
+    """Live straggler detection: per-rank step timings compared across ranks every interval."""
+
+    enabled: bool = True
+    interval_steps: int = 100
+    """Training batches per interval: each rank writes one summary of its timings per interval."""
+    threshold: float = 1.2
+    """A rank whose work (data fetch + forward + optimizer) is this many times the median of its
+    peers' is above threshold for that interval."""
+    patience: int = 3
+    """Consecutive intervals above ``threshold`` before the warning; as many below close it."""
+    poll_interval_seconds: float = 1.0
+    """How often the reading rank's thread looks in the store for a complete interval."""
+    cuda_events: bool = True
+    """On CUDA, time forward/backward/optimizer with CUDA events read lazily by the helper thread
+    (never a synchronize in the step); off: CPU clock only (what the host spends enqueuing)."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.straggler"
+        _require(isinstance(self.interval_steps, int) and not isinstance(self.interval_steps, bool)
+                 and self.interval_steps >= 2, f"{key}.interval_steps", self.interval_steps,
+                 "expected an integer >= 2 (a median over fewer batches is noise)")
+        _require(isinstance(self.threshold, (int, float)) and not isinstance(self.threshold, bool)
+                 and math.isfinite(self.threshold) and self.threshold > 1.0, f"{key}.threshold", self.threshold,
+                 "expected a ratio greater than 1.0 (1.2: 20% slower than the median of the peers)")
+        _require(isinstance(self.patience, int) and not isinstance(self.patience, bool) and self.patience >= 1,
+                 f"{key}.patience", self.patience, "expected an integer >= 1")
+        _finite_positive(f"{key}.poll_interval_seconds", self.poll_interval_seconds)
+
+
+@dataclass(kw_only=True)
 class NcclxConfig:
-    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog."""
+    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog, straggler detection."""
 
     backend: str = "auto"
     """``auto`` (nccl on CUDA, gloo on CPU) | ``nccl2`` | ``nccl-legacy`` | ``nccl-lazy`` | ``gloo``."""
     flight_recorder: FlightRecorderConfig = field(default_factory=FlightRecorderConfig)
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
 
     def __post_init__(self) -> None:
         _require(
@@ -309,6 +341,8 @@ class NcclxConfig:
             self.timeouts = TimeoutConfig(**self.timeouts)
         if isinstance(self.watchdog, Mapping):
             self.watchdog = WatchdogConfig(**self.watchdog)
+        if isinstance(self.straggler, Mapping):
+            self.straggler = StragglerConfig(**self.straggler)
         if self.watchdog.enabled:
             _check_stall_shorter_than_timeout(self.watchdog, self.timeouts)
 
@@ -345,9 +379,10 @@ def ncclx_config_from(value: Any) -> NcclxConfig:
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
     if isinstance(value, Mapping):
-        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog"}
+        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog", "straggler"}
         if unknown:
-            raise ConfigError(f"ncclx has no key(s) {sorted(unknown)}; expected backend, flight_recorder, timeouts, watchdog")
+            raise ConfigError(f"ncclx has no key(s) {sorted(unknown)}; expected backend, flight_recorder, timeouts, "
+                              "watchdog, straggler")
         try:
             return NcclxConfig(**dict(value))
         except TypeError as err:

@@ -46,12 +46,14 @@ def teardown_stacks_path(dump_dir: Path, rank: int) -> Path:
 
 
 REPORT_FILES = ("summary.json", "summary.txt", "summary.html", "summary.md")
+STRAGGLERS_FILE = "stragglers.json"
+"""Live straggler detection's scores, in the run's dump folder and in each event folder."""
 
 
 def is_plugin_side_file(name: str) -> bool:
     """A file this plugin writes beside the dumps that is no dump: reports, the collection
     file, native and teardown stack files, a temporary file of an atomic write."""
-    return (name in REPORT_FILES or name == COLLECTION_FILE or name.endswith(f".{NATIVE_STACKS_SUFFIX}")
+    return (name in REPORT_FILES or name in (COLLECTION_FILE, STRAGGLERS_FILE) or name.endswith(f".{NATIVE_STACKS_SUFFIX}")
             or (name.startswith("teardown-rank") and name.endswith(f".{STACKS_SUFFIX}"))
             or name.endswith((".tmp", ".partial")))
 

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dump",),
     ("watchdog", "straggler"),
     ("strategies", "hydra_store"),
-    ("registration", "cli", "__init__"),
+    ("registration", "cli", "zero_code", "zero_code_callback", "__init__"),
 ]
 
 

@@ -33,6 +33,9 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     if fmt not in _FORMATS:
         print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(_FORMATS)})", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from lightning_ncclx.report.stragglers import find_document, incident_count, render_file
+
+    stragglers = find_document(Path(path))  # live straggler detection's table, when the run wrote one
     events = event_folders(Path(path))
     if len(events) > 1:
         names = ", ".join(str(e.relative_to(path)) for e in events[-10:])
@@ -44,12 +47,19 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     except NcclxError as exc:
         print(terminal_safe(f"lightning-ncclx summarize: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
+    stragglers = stragglers or find_document(Path(path))
+    if not summary.ranks_seen and stragglers is not None and not summary.unreadable:
+        sys.stdout.write(render_file(stragglers))  # no hang dumped: the run's straggler table is the report
+        return EXIT_FINDING if incident_count(stragglers) else EXIT_OK
     if not summary.ranks_seen:
         why = "; ".join(f"{u.path}: {u.why}" for u in (summary.unreadable + summary.ignored)[:10])
         print(terminal_safe(f"lightning-ncclx summarize: no readable flight-recorder dump under {path}"
                             + (f" ({why})" if why else "")), file=sys.stderr)
         return EXIT_BAD_INPUT
     text = _render(summary, fmt)
+    if stragglers is not None and fmt in ("text", "markdown"):
+        table = render_file(stragglers)
+        text += f"\n{table}" if fmt == "text" else f"\n## Stragglers\n\n```\n{table}```\n"
     try:
         if output is not None:
             atomic_write_text(Path(output), text)

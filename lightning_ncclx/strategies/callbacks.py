@@ -1,4 +1,5 @@
-"""Attach the stall watchdog a strategy brings by default, without doubling a user's own."""
+"""Attach the stall watchdog and straggler detection a strategy brings by default, without doubling a
+user's own."""
 
 from __future__ import annotations
 
@@ -26,3 +27,17 @@ def attach_default_watchdog(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | N
     watchdog = StallWatchdog(ncclx.watchdog, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder)
     trainer.callbacks.append(watchdog)
     return watchdog
+
+
+def attach_default_straggler_detector(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | None) -> Any:
+    """Add a ``StragglerDetector`` to ``trainer.callbacks`` unless one is there; returns the one in use."""
+    from lightning_ncclx.straggler import StragglerDetector
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, StragglerDetector):
+            if getattr(callback, "dump_dir", None) is None and dump_dir is not None:
+                callback.dump_dir = dump_dir
+            return callback
+    detector = StragglerDetector(ncclx.straggler, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder)
+    trainer.callbacks.append(detector)
+    return detector

@@ -208,6 +208,8 @@ class NcclxStrategyMixin:
         )
         if self.attaches_watchdog and self.ncclx.watchdog.enabled:
             self._ncclx_attach_watchdog()
+        if self.attaches_watchdog and self.ncclx.straggler.enabled:
+            self._ncclx_attach_straggler_detector()
         trainer = self._ncclx_trainer()
         if trainer is not None:
             from lightning_ncclx.strategies.scope_closer import attach_closer
@@ -220,6 +222,13 @@ class NcclxStrategyMixin:
         trainer = self._ncclx_trainer()
         if trainer is not None:
             attach_default_watchdog(trainer, self.ncclx, self._ncclx_dump_dir)
+
+    def _ncclx_attach_straggler_detector(self) -> None:
+        from lightning_ncclx.strategies.callbacks import attach_default_straggler_detector
+
+        trainer = self._ncclx_trainer()
+        if trainer is not None:
+            attach_default_straggler_detector(trainer, self.ncclx, self._ncclx_dump_dir)
 
     # ------------------------------------------------------------------ after the process group
     def _ncclx_after_group(self) -> None:

@@ -24,6 +24,7 @@ from lightning_ncclx.dump.liveness import this_process
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summarize
 from lightning_ncclx.dump.writer import format_stacks, host_name, write_rank_dump
+from lightning_ncclx.straggler import write_stragglers_json
 from lightning_ncclx.watchdog.activity import main_thread_phase
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
 from lightning_ncclx.watchdog.teardown_guard import guard_exit
@@ -227,6 +228,10 @@ class WatchdogRuntime:
         )
         log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", self.rank, event.name,
                     event.reason, event.initiator, len(files), folder)
+        try:
+            write_stragglers_json(folder)  # the straggler scores up to now (only rank 0's process has them)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] writing stragglers.json into %s failed", self.rank, folder, exc_info=True)
         self.events_taken_part += 1
         try:
             self.coordinator.announce_dumped(event, host_name(), files, folder, self.config.gather_through_store)
