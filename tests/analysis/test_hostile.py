@@ -240,16 +240,11 @@ def test_an_unwritable_output_is_reported_cleanly(tmp_path, capsys):
     _good(tmp_path / "d")
     assert main(["summarize", str(tmp_path / "d"), "-o", str(tmp_path / "d" / "rank_0.pkl" / "x")]) == 2
     assert "cannot write" in capsys.readouterr().err
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    os.chmod(locked, 0o500)
-    try:
-        if os.access(locked, os.W_OK):
-            pytest.skip("running as a user who can write anywhere")
-        assert main(["summarize", str(tmp_path / "d"), "-o", str(locked / "out.txt")]) == 2
-        assert "cannot write" in capsys.readouterr().err
-    finally:
-        os.chmod(locked, 0o700)
+    existing_folder = tmp_path / "a-folder"  # unwritable as a file even for root
+    existing_folder.mkdir()
+    assert main(["summarize", str(tmp_path / "d"), "-o", str(existing_folder)]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert existing_folder.is_dir() and not any(existing_folder.iterdir())
 
 
 def test_an_unexpected_error_is_one_line_and_exit_2_unless_debug(tmp_path, capsys, monkeypatch):
