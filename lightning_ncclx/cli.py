@@ -18,9 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_FINDING = 1
-EXIT_BAD_INPUT = 2
+from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK  # noqa: F401 - the CLI's contract
+from lightning_ncclx.report.summarize_command import SUMMARY_FORMATS
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -37,7 +36,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="diagnose a folder of flight-recorder dumps (this plugin's, torch's own, pickle or JSON)",
     )
     summarize.add_argument("path", type=Path, help="folder of dumps (searched recursively) or one dump file")
-    summarize.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text")
+    summarize.add_argument("--format", choices=SUMMARY_FORMATS, default="text")
     summarize.add_argument("--output", "-o", type=Path, default=None, help="write the report here instead of stdout")
     summarize.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                            help="on an unexpected error, print the full traceback")

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lightning_ncclx"
 
 # Lowest first: a layer may import from the layers before it, never after.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "log_setup", "layout", "files"),
+    ("errors", "log_setup", "layout", "files", "exit_status"),
     ("config",),
     ("backend",),
     ("analysis",),

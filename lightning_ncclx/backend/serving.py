@@ -25,25 +25,6 @@ def serving_implementations(group: Any = None) -> dict[str, str]:
     return found
 
 
-def backend_names_in_use() -> list[str]:
-    """Flight-recorder backend names of every implementation serving any live group."""
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        return []
-    names: set[str] = set()
-    for pg in list(dist.distributed_c10d._world.pg_map):
-        for device_type in getattr(pg, "_device_types", []) or []:
-            try:
-                backend = pg._get_backend(torch.device(device_type) if isinstance(device_type, str) else device_type)
-            except RuntimeError:
-                continue
-            if hasattr(backend, "name"):
-                names.add(backend.name())
-    return sorted(names)
-
-
 def nccl_version() -> str | None:
     """The NCCL version torch links, or None when it has none or it cannot be read."""
     try:

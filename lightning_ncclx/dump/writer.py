@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
+from lightning_ncclx.backend.serving import nccl_version
 from lightning_ncclx.dump import traces
 from lightning_ncclx.files import atomic_write_bytes, atomic_write_text
 from lightning_ncclx.layout import CONTEXT_SUFFIX, STACKS_SUFFIX, rank_file, trace_file
@@ -50,8 +51,7 @@ def _versions() -> dict[str, Any]:
 
         out["torch_version"] = torch.__version__
         if torch.cuda.is_available():
-            version = torch.cuda.nccl.version()
-            out["nccl_version"] = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+            out["nccl_version"] = nccl_version()
     except Exception:  # noqa: BLE001
         pass
     for module in ("lightning", "pytorch_lightning"):

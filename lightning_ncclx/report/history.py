@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
+from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_OK
+from lightning_ncclx.exit_status import EXIT_FINDING as EXIT_FOUND
 PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "teardown", "no_hang"})
 """Kinds that do not indict a host: the program (or nothing) was at fault wherever it ran."""
 MAX_FOLDERS = 100_000

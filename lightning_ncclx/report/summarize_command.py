@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 from lightning_ncclx.errors import NcclxError
+from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK
 from lightning_ncclx.report.escape import terminal_safe
 
-EXIT_OK, EXIT_FINDING, EXIT_BAD_INPUT = 0, 1, 2
-_FORMATS = ("text", "json", "markdown", "html")
+SUMMARY_FORMATS = ("text", "json", "markdown", "html")
 
 
 def _render(summary, fmt: str) -> str:
@@ -30,8 +30,8 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     from lightning_ncclx.analysis.load import event_folders
     from lightning_ncclx.files import atomic_write_text
 
-    if fmt not in _FORMATS:
-        print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(_FORMATS)})", file=sys.stderr)
+    if fmt not in SUMMARY_FORMATS:
+        print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(SUMMARY_FORMATS)})", file=sys.stderr)
         return EXIT_BAD_INPUT
     from lightning_ncclx.report.stragglers import find_document, incident_count, render_file
 
