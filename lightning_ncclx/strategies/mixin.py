@@ -199,6 +199,7 @@ class NcclxStrategyMixin:
         environ = dict(os.environ)
         to_set, _ = apply_recorder_env(recorder, prefix, environ)
         self._ncclx_scope.export(to_set)
+        self._ncclx_recorder_buffer = environ.get("TORCH_FR_BUFFER_SIZE", "")  # what torch will read, once
         self._timeout = timedelta(seconds=self.ncclx.timeouts.init_timeout_seconds)  # type: ignore[attr-defined]
         timeouts = self.ncclx.timeouts
         self._ncclx_schedule = TimeoutSchedule(
@@ -239,13 +240,14 @@ class NcclxStrategyMixin:
             atexit.register(_destroy_dist_connection)
         if getattr(self, "global_rank", 0) == 0:
             log.info(self.ncclx_setup_line())
-            if self.ncclx.watchdog.enabled and os.environ.get("TORCH_FR_BUFFER_SIZE", "").strip() in ("0", ""):
+            buffer = getattr(self, "_ncclx_recorder_buffer", "")
+            if self.ncclx.watchdog.enabled and buffer.strip() in ("0", ""):
                 log.warning(
                     "%s: the stall watchdog is on but the flight recorder is off (TORCH_FR_BUFFER_SIZE=%r): stall "
                     "dumps will hold stacks and context but no collective trace, and the culprit collective "
                     "cannot be named; set ncclx.flight_recorder.buffer_size > 0",
                     self.strategy_name,
-                    os.environ.get("TORCH_FR_BUFFER_SIZE", ""),
+                    buffer,
                 )
 
     def ncclx_setup_line(self) -> str:
@@ -254,7 +256,7 @@ class NcclxStrategyMixin:
 
         serving = ", ".join(f"{dev}: {impl}" for dev, impl in serving_implementations().items()) or "no group"
         timeouts = self.ncclx.timeouts
-        buffer = os.environ.get("TORCH_FR_BUFFER_SIZE", "?")
+        buffer = getattr(self, "_ncclx_recorder_buffer", "") or "?"
         return (
             f"{self.strategy_name}: backend asked={self._ncclx_passthrough_backend or self.ncclx.backend} -> "
             f"{self._ncclx_backend}; serving {serving}; "
