@@ -160,7 +160,7 @@ class StragglerRuntime:
         self._metrics.put((scores.interval, {"ncclx/straggler/score_max": slowest.score,
                                              "ncclx/straggler/slowest_rank": float(slowest.rank),
                                              "ncclx/straggler/open_incidents": float(open_now)}))
-        self.write_json()  # every interval: after a hard hang the run's folder already says who was slow
+        self.write_json()  # every interval once a rank was slow: after a hard hang the run's folder says who
 
     # ------------------------------------------------------------------ stragglers.json
     def document(self) -> dict[str, Any]:
@@ -171,10 +171,15 @@ class StragglerRuntime:
                                   world_size=self.world_size)
 
     def write_json(self, folder: Path | None = None) -> Path | None:
-        """Write stragglers.json into ``folder`` (default: the run's dump folder); reading rank only."""
+        """Write stragglers.json into ``folder`` (an event's folder), or into the run's dump folder
+        once there has been an incident: a healthy run leaves no file and no folder. Reading rank only."""
         target = folder if folder is not None else self.dump_dir
         if not self.reader or target is None:
             return None
+        if folder is None:
+            with self._lock:
+                if not self.tracker.incidents:
+                    return None
         try:
             return write_document(target, self.document())
         except OSError:

@@ -27,10 +27,11 @@ def _one_incident(result, rank: int, part: str, within_intervals: int | None = 2
 
 
 def test_rank_with_slow_compute_is_named_within_two_intervals(tmp_path: Path) -> None:
-    # 30% more sleep in training_step on rank 2; detection attached by ddp_ncclx itself. 200 ms steps:
-    # the per-batch overhead every rank shares (a few ms, more on a loaded machine) dilutes the ratio
+    # 50% more sleep in training_step on rank 2; detection attached by ddp_ncclx itself. At 30% the
+    # score came out 1.17 on a quiet machine and 1.23-1.27 on a loaded one: too near the 1.2
+    # threshold to be named every time (the work every rank shares dilutes the ratio)
     result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "2", "--attach", "strategy",
-                     "--step-ms", "200")
+                     "--step-ms", "200", "--slow-fraction", "0.5")
     incident = _one_incident(result, 2, "forward")
     assert "forward 1." in incident["message"] and "data fetch, optimizer normal" in incident["message"]
     rows = result.metrics_rows()
@@ -53,10 +54,10 @@ def test_healthy_noisy_fit_raises_no_warning_over_20_intervals(tmp_path: Path) -
     result = run_job(tmp_path, "--fault", "noisy", "--noise", "0.2", "--intervals", "20", "--attach", "callback")
     assert result.returncode == 0, result.log[-4000:]
     assert result.warnings() == [], result.warnings()
-    document = result.stragglers()
-    assert document["incidents"] == []
-    assert document["intervals_scored"] == 20, document
-    assert len(document["ranks"]) == 4
+    assert not list(result.root.rglob("stragglers.json")), "a healthy run leaves no stragglers.json"
+    rows = result.metrics_rows()
+    assert len(rows) >= 19, rows  # every interval scored while fit ran (the 20th is scored at its end)
+    assert all(float(r["ncclx/straggler/open_incidents"]) == 0.0 for r in rows), rows
 
 
 @pytest.mark.parametrize(

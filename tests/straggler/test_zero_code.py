@@ -92,6 +92,7 @@ def test_stock_ddp_job_gets_watchdog_and_straggler_warning_without_code(tmp_path
     job = (Path(__file__).parent / "jobs" / "straggler_job.py").read_text()
     assert "import lightning_ncclx\n" not in job  # the --attach none path imports nothing of ours
     result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "3", "--attach", "none", "--step-ms", "200",
+                     "--slow-fraction", "0.5",
                      extra_env={"LIGHTNING_NCCLX_WATCH": "1", "LIGHTNING_NCCLX_OVERRIDES": OVERRIDES},
                      pythonpath=entry_point_path)
     assert result.returncode == 0, result.log[-4000:]
