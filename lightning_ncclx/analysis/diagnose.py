@@ -7,7 +7,7 @@ from bisect import bisect_left
 from dataclasses import replace
 from typing import Mapping
 
-from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge
+from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge, sig_at, time_at
 from lightning_ncclx.analysis.cycles import with_order_deadlocks
 from lightning_ncclx.analysis.op_rules import rule_finding
 from lightning_ncclx.analysis.wording import group_label as _group_label
@@ -17,7 +17,7 @@ from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.kind import classify
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
-from lightning_ncclx.analysis.order import keeps_period, period_breakers
+from lightning_ncclx.analysis.order import extra_or_skipped, keeps_period, period_breakers
 from lightning_ncclx.analysis.p2p import p2p_findings
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
@@ -90,6 +90,13 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
         kind = Verdict.NOT_ENTERED
         msg = (f"not_entered: rank(s) {_ranks(div.culprits)} never entered {op} (seq {div.seq}) of "
                f"{_group_label(group)}; rank(s) {_ranks(div.waiting)} are waiting in it")
+        departure = extra_or_skipped(tracks, div.culprits, div.waiting, div.seq - 1) if (
+            len(div.culprits) >= len(div.waiting)) else None
+        if departure is not None and departure[0] == "extra":
+            return _extra_finding(group, div, tracks, states, *departure[1:])
+        if departure is not None:
+            div = replace(div, confidence="high")
+            msg += f": {departure[2]} (at seq {departure[1]})"
     evidence = []
     cs = callsite_divergence(tracks) if div.kind in ("mismatch", "behind") else None
     if cs is not None:
@@ -100,6 +107,28 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
     observed = {r: div.sigs.get(r) for r in div.culprits}
     return Finding(kind, div.culprits, group, div.seq, op, div.majority, observed, div.waiting, culprit_states,
                    msg, div.confidence, div.time_ns, tuple(evidence))
+
+
+def _extra_finding(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTrack],
+                   states: Mapping[int, CulpritState], seq: int, why: str, confidence: str) -> Finding:
+    """The ranks ahead (``div.waiting``) called a collective at ``seq`` that the others never
+    called: gloo and NCCL paired it with the others' next call, so the ranks ahead have run one
+    call ahead since, and now wait in ``div.seq`` which the others will not enter."""
+    extra, left = div.waiting, div.culprits
+    sig = next((s for r in extra if (s := sig_at(tracks[r], seq)) is not None), None)
+    waits_in = div.sigs.get(extra[0])
+    msg = (f"extra_collective: rank(s) {_ranks(extra)} called a collective the others did not, "
+           f"{_short(sig)} at seq {seq} of {_group_label(group)}: {why}. Since then each of their calls "
+           f"was matched with the others' next one; rank(s) {_ranks(extra)} now wait in {_short(waits_in)} "
+           f"(seq {div.seq}) which rank(s) {_ranks(left)}, done with seq {div.seq - 1}, never enter")
+    evidence = []
+    cs = callsite_divergence(tracks)
+    if cs is not None:
+        evidence.append(f"call sites first differ at seq {cs[0]}: " + "; ".join(
+            f"rank {r}: {s or '?'}" for r, s in sorted(cs[1].items())))
+    culprit_states = tuple(states[r] for r in extra if r in states)
+    return Finding(Verdict.EXTRA_COLLECTIVE, extra, group, seq, (sig or ("?",))[0], waits_in,
+                   {r: sig for r in extra}, left, culprit_states, msg, confidence, time_at(tracks, seq), tuple(evidence))
 
 
 def state_mismatch(group: GroupRef, tracks: Mapping[int, GroupTrack], seq: int) -> str | None:
@@ -123,7 +152,7 @@ def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozen
     own = (f.group.lib, f.group.name)
     if (f.group.lib, f.group.name, f.seq) in roots:
         return (0, False, f.time_ns or float("inf"), f.group.name)  # root of a cycle, by program order
-    if f.kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH):
+    if f.kind in (Verdict.OP_MISMATCH, Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH, Verdict.EXTRA_COLLECTIVE):
         rank = 0
     elif any(c.group in stuck - {own} for c in f.culprit_states):
         rank = 4

@@ -100,6 +100,8 @@ def _classify(summary: Summary) -> Classification:
         return _mismatch(summary, head)
     if head.kind is Verdict.NOT_ENTERED:
         return _not_entered(summary, head)
+    if head.kind is Verdict.EXTRA_COLLECTIVE:
+        return _extra(summary, head)
     return _missing(summary, head)
 
 
@@ -155,6 +157,20 @@ def _diverged(summary: Summary, head: Finding, what: str) -> Classification:
         advice += (evidence,)
     return Classification(HangKind.program_divergence, f"rank(s) {_r(head.ranks)} took another path: {what}",
                           advice, *_PROGRAM)
+
+
+def _extra(summary: Summary, head: Finding) -> Classification:
+    sites = next((e for e in head.evidence if e.startswith("call sites")), None)
+    advice = ((f"inspect the code of rank(s) {_r(head.ranks)} where it called {head.op} (seq {head.seq}): a "
+               "collective only these ranks run (a rank-dependent condition, one more batch than the others from "
+               "uneven data, a retry, a metric synced on one rank)"),
+              *([sites] if sites else []),
+              (f"rank(s) {_r(head.waiting_ranks)} finished the collectives they called and are elsewhere; with uneven "
+               "data per rank use a DistributedSampler, drop_last or the same number of batches on every rank"))
+    return Classification(HangKind.program_divergence,
+                          f"rank(s) {_r(head.ranks)} took another path: they called {head.op} (seq {head.seq}) of "
+                          f"group {_group_name(head)}, a collective the others did not call, and now wait in a call "
+                          f"rank(s) {_r(head.waiting_ranks)} never make", advice, *_PROGRAM)
 
 
 _WHERE_ADVICE = (

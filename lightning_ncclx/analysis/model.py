@@ -24,6 +24,7 @@ class Verdict(str, Enum):
     OP_MISMATCH = "op_mismatch"
     SIZE_MISMATCH = "size_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
+    EXTRA_COLLECTIVE = "extra_collective"
     DUMP_MISSING = "dump_missing"
     NO_HANG = "no_hang"
 

@@ -13,6 +13,7 @@ from bisect import bisect_left
 from typing import Hashable, Mapping, Sequence
 
 from lightning_ncclx.analysis.model import GroupTrack, RankTrace
+from lightning_ncclx.analysis.wording import ranks_text
 
 MAX_PERIOD = 16
 HISTORY = 64
@@ -96,3 +97,105 @@ def departs_from_own_order(trace: RankTrace) -> tuple[tuple[str, str], tuple[str
         return None
     time_ns, group, op, seq = calls[-1]
     return verdict[1], (group, op), seq, time_ns
+
+
+def _site_at(track: GroupTrack, seq: int) -> tuple[bool, str | None]:
+    """(held, call site) of the slot of ``seq``."""
+    i = bisect_left(track.seqs, seq)
+    if i >= len(track.seqs) or track.seqs[i] != seq:
+        return False, None
+    tail = i - (len(track.seqs) - len(track.callsite_tail))
+    return True, track.callsite_tail[tail] if tail >= 0 else None
+
+
+def _sites_agree(tracks: Mapping[int, GroupTrack], seq: int) -> bool:
+    """Every rank holds ``seq`` with a known call site, the same on all of them."""
+    sites = set()
+    for track in tracks.values():
+        held, site = _site_at(track, seq)
+        if not held or site is None:
+            return False
+        sites.add(site)
+    return len(sites) == 1
+
+
+def first_site_split(tracks: Mapping[int, GroupTrack], last_common: int) -> int | None:
+    """The first sequence id up to ``last_common`` at which the ranks' call sites differ, where
+    they agreed (known and equal) on the sequence id before it; None without such a point."""
+    held = [t for t in tracks.values() if t.seqs]
+    if len(held) < 2:
+        return None
+    lo = max(t.oldest_seq for t in held)
+    for seq in range(max(lo + 1, last_common - HISTORY), last_common + 1):
+        if not _sites_agree(tracks, seq) and _sites_agree(tracks, seq - 1):
+            sites = {_site_at(t, seq) for t in tracks.values()}
+            if all(held and site is not None for held, site in sites):
+                return seq
+    return None
+
+
+def extra_or_skipped(tracks: Mapping[int, GroupTrack], behind: tuple[int, ...], ahead: tuple[int, ...],
+                     last_common: int) -> tuple[str, int, str, str] | None:
+    """Who left the group's common order when ranks ``ahead`` hold more collectives than ranks
+    ``behind`` (whose newest is ``last_common``). Where the call sites split at ``seq``:
+    ``("extra", seq, why, "high")`` when the ranks ahead called a collective there that the others
+    did not (their call breaks the period of their own earlier calls, the others' keeps it),
+    ``("skipped", seq, why, "high")`` the other way round. Without a period, a minority ahead whose
+    call site alone differs there is ``"extra"`` with confidence ``medium``. Ranks without call
+    sites (JSON dumps, stack traces off) are left out of the comparison; it needs at least one rank
+    ahead and one behind with them. None when the dumps cannot tell."""
+    sited = {r: t for r, t in tracks.items() if any(t.callsite_tail)}
+    ahead_s = tuple(r for r in ahead if r in sited)
+    behind_s = tuple(r for r in behind if r in sited)
+    if not ahead_s or not behind_s:
+        return None
+    seq = first_site_split(sited, last_common)
+    if seq is None:
+        return None
+    breakers = period_breakers(sited, seq)
+    keep = {r for r in sited if r not in breakers and keeps_period(sited[r], seq)}
+    site = {r: _site_at(t, seq)[1] for r, t in sited.items()}
+    if set(breakers) == set(ahead_s) and keep == set(behind_s):
+        r = ahead_s[0]
+        expected = breakers[r][0][1] or "the call site of its earlier steps"
+        why = (f"rank(s) {ranks_text(ahead_s)} broke the pattern of their own earlier steps there (a call from "
+               f"{site[r]} where {expected} came before) while rank(s) {ranks_text(behind_s)} kept theirs")
+        return "extra", seq, why, "high"
+    if set(breakers) == set(behind_s) and keep == set(ahead_s):
+        r = behind_s[0]
+        why = (f"rank(s) {ranks_text(behind_s)} broke the pattern of their own earlier steps there (a call from "
+               f"{site[r]} where {breakers[r][0][1] or 'another call site'} came before) while rank(s) "
+               f"{ranks_text(ahead_s)} kept theirs: they skipped a collective")
+        return "skipped", seq, why, "high"
+    if not breakers and len(ahead) < len(behind):
+        ahead_sites = {site[r] for r in ahead_s}
+        behind_sites = {site[r] for r in behind_s}
+        if len(behind_sites) == 1 and not ahead_sites & behind_sites:
+            why = (f"at seq {seq} rank(s) {ranks_text(ahead_s)} called from "
+                   f"{', '.join(sorted(map(str, ahead_sites)))} while rank(s) {ranks_text(behind_s)} called from "
+                   f"{behind_sites.pop()}")
+            return "extra", seq, why, "medium"
+    return None
+    breakers = period_breakers(tracks, seq)
+    keep = {r for r in tracks if r not in breakers and keeps_period(tracks[r], seq)}
+    site = {r: _site_at(t, seq)[1] for r, t in tracks.items()}
+    if set(breakers) == set(ahead) and keep == set(behind):
+        r = ahead[0]
+        expected = breakers[r][0][1] or "the call site of its earlier steps"
+        why = (f"rank(s) {ranks_text(ahead)} broke the pattern of their own earlier steps there (a call from {site[r]} "
+               f"where {expected} came before) while rank(s) {ranks_text(behind)} kept theirs")
+        return "extra", seq, why, "high"
+    if set(breakers) == set(behind) and keep == set(ahead):
+        r = behind[0]
+        why = (f"rank(s) {ranks_text(behind)} broke the pattern of their own earlier steps there (a call from {site[r]} "
+               f"where {breakers[r][0][1] or 'another call site'} came before) while rank(s) {ranks_text(ahead)} kept "
+               "theirs: they skipped a collective")
+        return "skipped", seq, why, "high"
+    if not breakers and len(ahead) < len(behind):
+        ahead_sites = {site[r] for r in ahead}
+        behind_sites = {site[r] for r in behind}
+        if len(behind_sites) == 1 and not ahead_sites & behind_sites:
+            why = (f"at seq {seq} rank(s) {ranks_text(ahead)} called from {', '.join(sorted(map(str, ahead_sites)))} "
+                   f"while the {len(behind)} others called from {behind_sites.pop()}")
+            return "extra", seq, why, "medium"
+    return None

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("gloo_worker.py")
-SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order")
+SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra")
 
 
 def free_port() -> int:

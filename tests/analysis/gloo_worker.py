@@ -93,6 +93,10 @@ def step_b(t, group=None):
     dist.all_reduce(t, group=group)
 
 
+def sync_metric(t):
+    dist.all_reduce(t)
+
+
 def rank_dependent_collectives() -> None:
     """A healthy stretch in which ranks legitimately record different sizes: gather (only the
     root has outputs), scatter (only the root has inputs), uneven all_to_all, the object
@@ -149,6 +153,17 @@ def main() -> None:
             dist.broadcast(t, 0)
         else:
             step_a(t)
+        wait_outside_collectives()
+    if SCENARIO == "extra":  # the culprit calls one all_reduce more, same sizes: gloo pairs it with the next
+        for step in range(6):
+            step_a(t)
+            if RANK == CULPRIT and step == 3:
+                sync_metric(t)
+            if RANK == CULPRIT and step == 5:
+                start_dumper()  # its coming step_b is the call the others never make
+            step_b(t)
+        if RANK != CULPRIT:
+            start_dumper()
         wait_outside_collectives()
     if SCENARIO == "skip":
         step_a(t)

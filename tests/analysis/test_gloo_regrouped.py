@@ -12,7 +12,7 @@ import pytest
 
 from lightning_ncclx.analysis import analyze_folder
 
-SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "order", "uneven_skip", "wrap")
+SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "order", "uneven_skip", "wrap", "extra")
 
 
 def _traces(original: Path) -> dict[int, dict]:

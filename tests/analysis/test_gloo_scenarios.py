@@ -76,6 +76,17 @@ def test_skipped_all_reduce_blames_the_rank_that_is_behind_and_shows_call_sites(
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_extra_all_reduce_names_the_rank_that_called_it_not_the_ranks_it_left(gloo_dumps, layout):
+    s = analyze_folder(gloo_dumps["extra"] / layout)
+    assert s.verdict is Verdict.EXTRA_COLLECTIVE, s.headline
+    assert s.culprit_ranks == (2,) and s.waiting_ranks == (0, 1)
+    head = s.findings[0]
+    assert head.seq == 11 and head.confidence == "high"  # 3 warm-up calls, then step_a/step_b x3, then the extra
+    assert "in sync_metric" in head.message
+    assert s.classification.kind.value == "program_divergence"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_different_collective_is_op_mismatch_with_culprit_frame(gloo_dumps, layout):
     s = analyze_folder(gloo_dumps["op"] / layout)
     assert s.verdict is Verdict.OP_MISMATCH

@@ -83,3 +83,61 @@ def test_the_same_cycle_with_the_other_rank_skipping_names_that_rank(tmp_path):
     _cycle_dumps(tmp_path, skipper=2)
     s = analyze_folder(tmp_path)
     assert s.culprit_ranks == (2,) and s.waiting_ranks == (3,)
+
+
+def _extra_call_dumps(folder, world: int, extra_rank: int, with_frames: bool = True, skip: bool = False) -> None:
+    """Every step calls all_reduce from train.py:10, then from train.py:11 (same sizes). At step 4
+    rank ``extra_rank`` calls one more all_reduce from train.py:30 (``skip``: it leaves out the
+    one from line 11 instead). The backend pairs calls by order, so that rank runs one call ahead
+    (behind) from there on; after step 6 the others are done, and it waits (they wait)."""
+    groups = {"0": ("default_pg", list(range(world)))}
+    for rank in range(world):
+        lines: list[tuple[int, str]] = []
+        for step in range(1, 7):
+            lines.append((10, "step"))
+            if rank == extra_rank and step == 4 and not skip:
+                lines.append((30, "sync_metric"))
+            if not (rank == extra_rank and step == 4 and skip):
+                lines.append((11, "step"))
+        if skip and rank != extra_rank:
+            lines.append((10, "epoch_end"))  # the others go on into a call the skipper never answers
+        es = []
+        for i, (line, func) in enumerate(lines):
+            last = i == len(lines) - 1
+            pending = last and (rank == extra_rank) != skip
+            es.append(entry(i, i + 1, state="scheduled" if pending else "completed",
+                            frames=_frame(line, func) if with_frames else None))
+        write(folder, f"rank_{rank}.pkl", dump(es, groups))
+
+
+def test_a_rank_that_called_one_extra_collective_is_named_not_the_ranks_it_left(tmp_path):
+    _extra_call_dumps(tmp_path, world=3, extra_rank=1)
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.EXTRA_COLLECTIVE, s.headline
+    assert s.culprit_ranks == (1,) and s.waiting_ranks == (0, 2)
+    head = s.findings[0]
+    assert head.seq == 8 and head.confidence == "high"
+    assert "train.py:30 in sync_metric" in head.message
+    assert s.classification.kind.value == "program_divergence"
+    assert any("train.py:30" in a for a in s.classification.advice)
+
+
+def test_an_extra_collective_in_a_two_rank_job_is_settled_by_program_order(tmp_path):
+    _extra_call_dumps(tmp_path, world=2, extra_rank=0)
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.EXTRA_COLLECTIVE and s.culprit_ranks == (0,), s.headline
+    assert "broke the pattern of their own earlier steps" in s.findings[0].message
+
+
+def test_a_two_rank_skip_still_blames_the_rank_that_skipped_with_the_reason(tmp_path):
+    _extra_call_dumps(tmp_path, world=2, extra_rank=1, skip=True)
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (1,), s.headline
+    head = s.findings[0]
+    assert head.confidence == "high" and "they skipped a collective" in head.message
+
+
+def test_without_call_sites_an_extra_collective_is_not_claimed(tmp_path):
+    _extra_call_dumps(tmp_path, world=3, extra_rank=1, with_frames=False)
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.findings[0].confidence == "medium"
