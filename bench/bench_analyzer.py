@@ -10,6 +10,11 @@ a run past ``--cap`` seconds is killed.
 
     .venv/bin/python bench/bench_analyzer.py                      # 64, 256, 1024 ranks x 2000, 3 runs each
     .venv/bin/python bench/bench_analyzer.py --sizes 64,256 --cap 120 --repeat 5
+    .venv/bin/python bench/bench_analyzer.py --sizes 1024x20000,16384x2000 --repeat 1   # the scale targets
+
+A size is ``RANKS`` (with ``--entries`` per rank) or ``RANKSxENTRIES``. torchfrtrace is not run
+where ranks x entries exceeds ``--theirs-max-entries`` (it holds ~1.9 KiB per entry: 3.8 GiB at
+1024 x 2000, so 16384 x 2000 would need ~60 GiB); the table says so.
 
 Dumps go to a temporary folder (``--root``), never into the repository; delete it when done.
 """
@@ -63,20 +68,34 @@ def make_entries(rank: int, world: int, entries: int, culprit: int, rng: random.
     return out
 
 
+VARIANTS = 8
+"""Healthy ranks share one of this many dumps (their creation times jittered differently): the
+analyzer cannot tell, and generating 16k ranks takes seconds instead of an hour."""
+
+
+def _dump_bytes(world: int, entries: int, rank: int) -> bytes:
+    rng = random.Random(world * 100_003 + rank)
+    pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.28.9",
+            "pg_status": {"0": {"last_enqueued_collective": entries, "last_started_collective": -1,
+                                "last_completed_collective": entries - 1}},
+            "entries": make_entries(rank, world, entries, world // 3, rng)}
+    return pickle.dumps(dump, protocol=4)
+
+
 def generate(folder: Path, world: int, entries: int) -> None:
+    """One pickle per rank: the culprit (``world // 3``) and the late rank 7 their own, every other
+    rank one of ``VARIANTS`` shared dumps (rank r: variant r % VARIANTS)."""
     marker = folder / ".complete"
     if marker.exists():
         return
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    rng = random.Random(world)
-    pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    special = {world // 3, 7}
+    variants = [_dump_bytes(world, entries, v) for v in range(VARIANTS) if v not in special]
     for rank in range(world):
-        dump = {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.28.9",
-                "pg_status": {"0": {"last_enqueued_collective": entries, "last_started_collective": -1,
-                                    "last_completed_collective": entries - 1}},
-                "entries": make_entries(rank, world, entries, world // 3, rng)}
-        (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=4))
+        data = _dump_bytes(world, entries, rank) if rank in special else variants[rank % len(variants)]
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(data)
     marker.touch()
 
 
@@ -115,19 +134,26 @@ def _median(runs: list[dict]) -> dict:
             "rc": done[0]["rc"], "note": done[0]["note"], "runs": [round(r["seconds"], 2) for r in done]}
 
 
-def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, baseline: Path | None) -> dict:
+def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, baseline: Path | None,
+               theirs_max_entries: int) -> dict:
     folder = root / f"ranks{world}_entries{entries}"
     t = time.perf_counter()
     generate(folder, world, entries)
     size_mib = sum(p.stat().st_size for p in folder.glob("nccl_trace_rank_*")) / 2**20
-    out_json = root / f"summary_{world}.json"
+    out_json = root / f"summary_{world}x{entries}.json"
+    out_json.unlink(missing_ok=True)
     ours, theirs, before = [], [], []
+    run_theirs = world * entries <= theirs_max_entries
     for _ in range(repeat):  # interleaved, so both tools see the same background load
         ours.append(_summarize(folder, out_json, cap_s, REPO))
-        theirs.append(run_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder),
-                                 "-p", "nccl_trace_rank_"], cap_s))
+        if run_theirs:
+            theirs.append(run_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                                     str(folder), "-p", "nccl_trace_rank_"], cap_s))
         if baseline is not None:
-            before.append(_summarize(folder, root / f"summary_{world}_before.json", cap_s, baseline))
+            before.append(_summarize(folder, root / f"summary_{world}x{entries}_before.json", cap_s, baseline))
+    if not run_theirs:
+        theirs = [{"seconds": None, "peak_rss_mib": None, "rc": None,
+                   "note": f"not run: ~{world * entries * 1.9 / 2**20:.0f} GiB at 1.9 KiB per entry"}]
     culprits = json.loads(out_json.read_text())["culprit_ranks"] if out_json.exists() else None
     row = {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
            "ours": _median(ours), "ours_culprits": culprits, "expected_culprit": world // 3,
@@ -144,7 +170,7 @@ def _fmt(r: dict) -> str:
 def _speed(o: dict, t: dict) -> str:
     if o["seconds"] and t["seconds"]:
         return f"{t['seconds'] / o['seconds']:.1f}x"
-    if o["seconds"] and t["seconds"] is None and t["note"]:
+    if o["seconds"] and t["seconds"] is None and t["note"].startswith("killed"):
         return f"> {float(t['note'].split()[2]) / o['seconds']:.0f}x"
     return "?"
 
@@ -175,10 +201,13 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64,256,1024", help="comma-separated world sizes")
+    parser.add_argument("--sizes", default="64,256,1024",
+                        help="comma-separated world sizes, each RANKS or RANKSxENTRIES")
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--cap", type=float, default=600.0, help="seconds per tool run before it is killed")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per tool; the table shows medians")
+    parser.add_argument("--theirs-max-entries", type=int, default=4_200_000,
+                        help="run torchfrtrace only where ranks x entries is at most this (its memory)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="also time the lightning_ncclx package in this folder (e.g. an older commit's "
                              "`git archive REV lightning_ncclx | tar -x -C DIR`)")
@@ -187,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
                              "and results written")
     args = parser.parse_args(argv)
     rows = []
-    for world in (int(s) for s in args.sizes.split(",") if s.strip()):
-        rows.append(bench_size(args.root, world, args.entries, args.cap, max(1, args.repeat), args.baseline))
+    for size in (s.strip() for s in args.sizes.split(",") if s.strip()):
+        world, _, entries = size.partition("x")
+        rows.append(bench_size(args.root, int(world), int(entries or args.entries), args.cap, max(1, args.repeat),
+                               args.baseline, args.theirs_max_entries))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; medians of {args.repeat} interleaved runs\n")

@@ -57,7 +57,7 @@ def first_mismatch(tracks: Mapping[int, GroupTrack], lo: int, hi: int, field: st
     slices = {}
     for rank, tr in tracks.items():
         a, b = _window(tr, lo, hi)
-        slices[rank] = (tr.seqs[a:b], getattr(tr, field)[a:b])
+        slices[rank] = (tr.seqs[a:b], tr.callsites_between(a, b) if field == "callsites" else getattr(tr, field)[a:b])
     ref_seqs, ref_sigs = max(slices.values(), key=lambda s: len(s[0]))
     first: int | None = None
     for seqs, sigs in slices.values():
@@ -153,10 +153,12 @@ def time_at(tracks: Mapping[int, GroupTrack], seq: int) -> int:
 def callsite_divergence(tracks: Mapping[int, GroupTrack]) -> tuple[int, dict[int, str | None]] | None:
     """The first sequence id (in the common window) where ranks' user call sites differ, with
     each rank's call site there; None without frames or when they agree."""
-    filled = {r: t for r, t in tracks.items() if t.seqs and any(t.callsites)}
+    filled = {r: t for r, t in tracks.items() if t.seqs and any(t.callsite_tail)}
     if len(filled) < 2:
         return None
-    lo = max(t.oldest_seq for t in filled.values())
+    # Compared only where every rank kept call sites (the newest slots of each): ranks whose
+    # tails start at different sequence ids would otherwise "differ" by a missing site.
+    lo = max(t.seqs[len(t.seqs) - len(t.callsite_tail)] for t in filled.values())
     hi = min(t.newest_seq for t in filled.values())
     seq = first_mismatch(filled, lo, hi, field="callsites")
     if seq is None:
@@ -164,5 +166,5 @@ def callsite_divergence(tracks: Mapping[int, GroupTrack]) -> tuple[int, dict[int
     sites = {}
     for r, t in filled.items():
         i = _index_at(t, seq)
-        sites[r] = t.callsites[i] if i is not None else None
+        sites[r] = t.callsite(i) if i is not None else None
     return seq, sites

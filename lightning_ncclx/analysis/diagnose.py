@@ -234,7 +234,8 @@ def analyze(loaded: LoadedFolder) -> Summary:
     findings, roots = with_order_deadlocks(findings, by_lib)
     stuck = {(f.group.lib, f.group.name) for f in findings}
     findings.sort(key=lambda f: _priority(f, stuck, roots))
-    missing_ranks = tuple(r for r in range(world) if r not in seen)
+    seen_set = set(seen)
+    missing_ranks = tuple(r for r in range(world) if r not in seen_set)
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")
     notes.extend(loaded.warnings)

@@ -19,10 +19,15 @@ MAX_WORLD_SIZE = 1 << 20
 
 def world_size(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> int:
     sizes = [c.world_size for c in contexts.values() if c.world_size and 0 < c.world_size <= MAX_WORLD_SIZE]
+    highest: dict[int, int] = {}  # by id: the loader shares one tuple per distinct membership
     for t in traces:
         for desc, ranks in t.pg_config.values():
-            if desc == "default_pg" and ranks and max(ranks) < MAX_WORLD_SIZE:
-                sizes.append(max(ranks) + 1)
+            if desc == "default_pg" and ranks:
+                top = highest.get(id(ranks))
+                if top is None:
+                    top = highest[id(ranks)] = max(ranks)
+                if top < MAX_WORLD_SIZE:
+                    sizes.append(top + 1)
     seen = [t.rank + 1 for t in traces] + [r + 1 for r in contexts]
     return max(sizes + seen + [0])
 
@@ -52,9 +57,15 @@ def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankCon
 
 def _declared(lib: str, name: str, traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> tuple[int, ...] | None:
     votes: Counter[tuple[int, ...]] = Counter()
+    by_id: Counter[int] = Counter()  # counting by identity first: hashing a 16k-rank tuple is O(16k)
+    objects: dict[int, tuple[int, ...]] = {}
     for t in traces:
         if t.lib == lib and name in t.pg_config:
-            votes[t.pg_config[name][1]] += 1
+            ranks = t.pg_config[name][1]
+            by_id[id(ranks)] += 1
+            objects[id(ranks)] = ranks
+    for key, n in by_id.items():
+        votes[objects[key]] += n
     if not votes:
         for c in contexts.values():
             if name in c.pg_config:

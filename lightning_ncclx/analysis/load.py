@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import gc
 import gzip
+import hashlib
 import io
 import json
 import os
 import sys
 import zlib
+from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -107,18 +109,68 @@ def _decode_plain(raw: bytes) -> tuple[object, str]:
     return safe_loads(raw), "pickle"
 
 
+class _RankTuples:
+    """One tuple object per distinct group membership. Every rank's dump repeats every group's
+    ranks (16,384 ranks: 16,384 copies of a 16,384-number list); shared, they are stored,
+    hashed and compared once. Workers send each membership once (see :func:`_read_packed`)."""
+
+    def __init__(self) -> None:
+        self._by_digest: dict[bytes, tuple[int, ...]] = {}
+
+    def _shared(self, ranks: Sequence[int] | array | bytes) -> tuple[int, ...]:
+        if isinstance(ranks, bytes):  # a digest: the same worker sent the membership before
+            return self._by_digest[ranks]
+        packed = ranks if isinstance(ranks, array) else array("q", ranks)
+        key = _digest(packed)
+        found = self._by_digest.get(key)
+        if found is None:
+            found = self._by_digest[key] = tuple(packed)
+        return found
+
+    def trace(self, trace: RankTrace | Unreadable) -> RankTrace | Unreadable:
+        if not isinstance(trace, RankTrace) or not trace.pg_config:
+            return trace
+        return replace(trace, pg_config={name: (desc, self._shared(ranks)) for name, (desc, ranks) in
+                                         trace.pg_config.items()})
+
+
+def _digest(packed: array) -> bytes:
+    return hashlib.blake2b(packed.tobytes(), digest_size=16).digest()
+
+
+_SENT: set[bytes] = set()
+"""Memberships this worker process has sent to the parent (pool.map yields in order, so the
+parent has read a worker's first copy before any later reference to it)."""
+
+
+def _read_packed(c: Candidate) -> RankTrace | Unreadable:
+    """:func:`read_candidate` in a worker: a group's ranks go back as ``array('q')`` the first
+    time, as a 16-byte digest after that."""
+    trace = read_candidate(c)
+    if isinstance(trace, RankTrace) and trace.pg_config:
+        out = {}
+        for name, (desc, ranks) in trace.pg_config.items():
+            packed = array("q", ranks)
+            key = _digest(packed)
+            out[name] = (desc, key if key in _SENT else packed)
+            _SENT.add(key)
+        trace = replace(trace, pg_config=out)
+    return trace
+
+
 def _read_many(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
     """Read in ``workers`` forked processes. What comes back per rank is a few compact arrays
-    (tens of KiB), never the entries themselves."""
+    (tens of KiB), never the entries themselves; group memberships are shared as they arrive."""
+    tuples = _RankTuples()
     workers = min(workers, len(jobs) // FILES_PER_WORKER)
     if workers <= 1:
-        return [read_candidate(job) for job in jobs]
+        return [tuples.trace(read_candidate(job)) for job in jobs]
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         chunk = max(1, min(16, len(jobs) // (workers * 8)))
-        return list(pool.map(read_candidate, jobs, chunksize=chunk))
+        return [tuples.trace(t) for t in pool.map(_read_packed, jobs, chunksize=chunk)]
 
 
 def default_workers() -> int:

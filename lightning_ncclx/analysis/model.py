@@ -76,6 +76,17 @@ class GroupTrack:
         """One call site per slot, None outside the newest ``len(callsite_tail)`` slots."""
         return (None,) * (len(self.seqs) - len(self.callsite_tail)) + tuple(self.callsite_tail)
 
+    def callsites_between(self, a: int, b: int) -> tuple[str | None, ...]:
+        """``callsites[a:b]`` without building the whole column."""
+        start = len(self.seqs) - len(self.callsite_tail)
+        if a >= start:
+            return tuple(self.callsite_tail[a - start:b - start])
+        return (None,) * (min(b, start) - a) + tuple(self.callsite_tail[:max(0, b - start)])
+
+    def callsite(self, index: int) -> str | None:
+        start = len(self.seqs) - len(self.callsite_tail)
+        return self.callsite_tail[index - start] if index >= start else None
+
 
 @dataclass(frozen=True)
 class OpenOp:

@@ -52,8 +52,8 @@ def group_labels(track: GroupTrack, seq: int) -> list[tuple]:
     i = bisect_left(track.seqs, seq)
     if i >= len(track.seqs) or track.seqs[i] != seq:
         return []
-    sites = track.callsites
-    return [(track.sig_ids[j], sites[j]) for j in range(max(0, i + 1 - HISTORY), i + 1)]
+    lo = max(0, i + 1 - HISTORY)
+    return list(zip(track.sig_ids[lo:i + 1], track.callsites_between(lo, i + 1)))
 
 
 def period_breakers(tracks: Mapping[int, GroupTrack], seq: int) -> dict[int, tuple]:

@@ -28,11 +28,13 @@ def parse_ranks(value: Any) -> tuple[int, ...] | None:
     """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed
     (anything but ints in ``[0, MAX_RANK)``, or more members than that)."""
     if isinstance(value, (list, tuple)) and len(value) <= MAX_RANK and set(map(type, value)) <= {int}:
-        ranks = tuple(value)
-    elif isinstance(value, str) and len(value) < 16 * MAX_RANK:
-        ranks = _parse_rank_string(value)
-    else:
-        return None
+        return _in_range(tuple(value))
+    if isinstance(value, str) and len(value) < 16 * MAX_RANK:
+        return _parse_rank_string(value)
+    return None
+
+
+def _in_range(ranks: tuple[int, ...] | None) -> tuple[int, ...] | None:
     if ranks and (min(ranks) < 0 or max(ranks) >= MAX_RANK):
         return None
     return ranks
@@ -40,10 +42,10 @@ def parse_ranks(value: Any) -> tuple[int, ...] | None:
 
 @lru_cache(maxsize=256)
 def _parse_rank_string(value: str) -> tuple[int, ...] | None:
-    """Every rank's dump repeats the same strings (1024 ranks: 1024 x 1024 numbers): parse each
-    once per process, and share the one tuple (it then pickles and lives once per chunk)."""
+    """Every rank's dump repeats the same strings (16,384 ranks: 16,384 x 16,384 numbers): parse
+    and check each once per process, and share the one tuple."""
     if value.strip().startswith("[") and value.strip().endswith("]"):
-        return tuple(map(int, _INT.findall(value)))
+        return _in_range(tuple(map(int, _INT.findall(value))))
     return None
 
 

@@ -141,3 +141,17 @@ def test_without_call_sites_an_extra_collective_is_not_claimed(tmp_path):
     _extra_call_dumps(tmp_path, world=3, extra_rank=1, with_frames=False)
     s = analyze_folder(tmp_path)
     assert s.verdict is Verdict.NOT_ENTERED and s.findings[0].confidence == "medium"
+
+
+def test_call_sites_kept_for_different_windows_are_not_a_difference(tmp_path):
+    """Call sites are kept for each group's newest 128 collectives: a rank one collective behind
+    keeps them from one sequence id earlier, which is no evidence of another call site."""
+    groups = {"0": ("default_pg", [0, 1])}
+    for rank in (0, 1):
+        n = 300 if rank == 0 else 299  # rank 1 never entered seq 300
+        es = [entry(i, i + 1, state="scheduled" if i == n - 1 and rank == 0 else "completed",
+                    frames=_frame(10, "step")) for i in range(n)]
+        write(tmp_path, f"rank_{rank}.pkl", dump(es, groups))
+    s = analyze_folder(tmp_path)
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (1,)
+    assert not s.findings[0].evidence, s.findings[0].evidence
