@@ -18,6 +18,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q tests
 
 bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean-venv:

@@ -214,7 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "lightning-ncclx-bench-analyzer",
                         help="where dumps are generated (kept between runs; ~380 MiB for 64+256+1024 ranks) "
                              "and results written")
+    parser.add_argument("--plot", type=Path, default=None, help="write the scaling plot (PNG) here")
+    parser.add_argument("--from-results", type=Path, default=None,
+                        help="only print the table and plot from an earlier results.json")
     args = parser.parse_args(argv)
+    if args.from_results is not None:
+        rows = json.loads(args.from_results.read_text())
+        print(table(rows))
+        if args.plot:
+            plot(rows, args.plot)
+        return 0
     rows = []
     for size in (s.strip() for s in args.sizes.split(",") if s.strip()):
         world, _, entries = size.partition("x")
@@ -225,7 +234,53 @@ def main(argv: list[str] | None = None) -> int:
           f"{platform.python_version()}; medians of {args.repeat} interleaved runs\n")
     print(table(rows))
     (args.root / "results.json").write_text(json.dumps(rows, indent=2))
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"\nplot: {args.plot}")
     return 0
+
+
+TARGETS = {(16384, 2000): (60.0, 2048.0), (1024, 20000): (30.0, None)}
+"""The scale targets (seconds, MiB) this benchmark checks: docs/bench-analyzer.md."""
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Time and peak memory of ``summarize`` against ranks x entries (log-log), targets marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    done = sorted((r for r in rows if r["ours"]["seconds"] is not None), key=lambda r: r["ranks"] * r["entries"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, key, unit in ((left, "seconds", "s"), (right, "peak_rss_mib", "MiB")):
+        xs = [r["ranks"] * r["entries"] for r in done]
+        ys = [r["ours"][key] for r in done]
+        ax.loglog(xs, ys, "o-", label="lightning-ncclx summarize")
+        theirs = [(r["ranks"] * r["entries"], r["torchfrtrace"][key]) for r in rows if r["torchfrtrace"][key]]
+        if theirs:
+            ax.loglog(*zip(*theirs), "s--", label="torchfrtrace")
+        for r, x, y in zip(done, xs, ys):
+            ax.annotate(f"{r['ranks']}x{r['entries']}", (x, y), textcoords="offset points", xytext=(4, -12),
+                        fontsize=8)
+        for (ranks, entries), (t_s, t_mib) in TARGETS.items():
+            target = t_s if key == "seconds" else t_mib
+            if target is not None:
+                ax.plot([ranks * entries], [target], "rv", label=f"target {ranks}x{entries}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(NullFormatter())
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+        ax.set_xlabel("ranks x entries per rank")
+        ax.set_ylabel(f"{'wall time' if key == 'seconds' else 'peak RSS, largest process'} ({unit})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"summarize on {os.cpu_count()} cores (generated NCCL-like dumps, one culprit)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
