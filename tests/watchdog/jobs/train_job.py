@@ -63,6 +63,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--no-auto", action="store_true", help="no learned step threshold: train_step_seconds only")
     p.add_argument("--save-weights-only", action="store_true", help="with slow_state_dict")
     p.add_argument("--marker", default=None, help="the faulty rank writes this file when the fault starts")
+    p.add_argument("--poll-interval", type=float, default=0.2, help="the watchdog's poll_interval_seconds")
+    p.add_argument("--prefill", type=int, default=0,
+                   help="collectives each rank runs in setup, to fill the flight recorder (bench: 20000)")
     p.add_argument("--report-store-keys", action="store_true",
                    help="rank 0 prints which keys of event 1 are left in the store after fit")
     return p.parse_args()
@@ -100,6 +103,11 @@ class Model(LightningModule):
     def setup(self, stage: str) -> None:
         if dist.is_initialized():
             self.sub = dist.new_group(backend="gloo")  # faults hit this group: a clean hang under gloo
+            for start in range(0, self.args.prefill, 500):  # asynchronous in batches: no Python round trip each
+                works = [dist.all_reduce(torch.ones(1), group=self.sub, async_op=True)
+                         for _ in range(min(500, self.args.prefill - start))]
+                for work in works:
+                    work.wait()
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         a, r = self.args, rank()
@@ -173,7 +181,7 @@ def main() -> int:
     if args.noticer_rank is not None and local != args.noticer_rank:
         step = args.slow_rank_threshold or 30.0
     cfg = WatchdogConfig(
-        poll_interval_seconds=0.2, first_step_seconds=max(10.0, step), train_step_seconds=step,
+        poll_interval_seconds=args.poll_interval, first_step_seconds=max(10.0, step) + 0.01 * args.prefill, train_step_seconds=step,
         validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
         auto=AutoThresholdConfig(enabled=not args.no_auto, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
