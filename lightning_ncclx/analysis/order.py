@@ -155,18 +155,13 @@ def extra_or_skipped(tracks: Mapping[int, GroupTrack], behind: tuple[int, ...], 
     breakers = period_breakers(sited, seq)
     keep = {r for r in sited if r not in breakers and keeps_period(sited[r], seq)}
     site = {r: _site_at(t, seq)[1] for r, t in sited.items()}
-    if set(breakers) == set(ahead_s) and keep == set(behind_s):
-        r = ahead_s[0]
-        expected = breakers[r][0][1] or "the call site of its earlier steps"
-        why = (f"rank(s) {ranks_text(ahead_s)} broke the pattern of their own earlier steps there (a call from "
-               f"{site[r]} where {expected} came before) while rank(s) {ranks_text(behind_s)} kept theirs")
-        return "extra", seq, why, "high"
-    if set(breakers) == set(behind_s) and keep == set(ahead_s):
-        r = behind_s[0]
-        why = (f"rank(s) {ranks_text(behind_s)} broke the pattern of their own earlier steps there (a call from "
-               f"{site[r]} where {breakers[r][0][1] or 'another call site'} came before) while rank(s) "
-               f"{ranks_text(ahead_s)} kept theirs: they skipped a collective")
-        return "skipped", seq, why, "high"
+    for kind, broke, kept in (("extra", ahead_s, behind_s), ("skipped", behind_s, ahead_s)):
+        if set(breakers) == set(broke) and keep == set(kept):
+            expected = breakers[broke[0]][0][1] or "another call site"
+            why = (f"rank(s) {ranks_text(broke)} broke the pattern of their own earlier steps there (a call from "
+                   f"{site[broke[0]]} where their earlier steps called from {expected}) while rank(s) "
+                   f"{ranks_text(kept)} kept theirs" + (": they skipped a collective" if kind == "skipped" else ""))
+            return kind, seq, why, "high"
     if not breakers and len(ahead) < len(behind):
         ahead_sites = {site[r] for r in ahead_s}
         behind_sites = {site[r] for r in behind_s}
@@ -174,28 +169,5 @@ def extra_or_skipped(tracks: Mapping[int, GroupTrack], behind: tuple[int, ...], 
             why = (f"at seq {seq} rank(s) {ranks_text(ahead_s)} called from "
                    f"{', '.join(sorted(map(str, ahead_sites)))} while rank(s) {ranks_text(behind_s)} called from "
                    f"{behind_sites.pop()}")
-            return "extra", seq, why, "medium"
-    return None
-    breakers = period_breakers(tracks, seq)
-    keep = {r for r in tracks if r not in breakers and keeps_period(tracks[r], seq)}
-    site = {r: _site_at(t, seq)[1] for r, t in tracks.items()}
-    if set(breakers) == set(ahead) and keep == set(behind):
-        r = ahead[0]
-        expected = breakers[r][0][1] or "the call site of its earlier steps"
-        why = (f"rank(s) {ranks_text(ahead)} broke the pattern of their own earlier steps there (a call from {site[r]} "
-               f"where {expected} came before) while rank(s) {ranks_text(behind)} kept theirs")
-        return "extra", seq, why, "high"
-    if set(breakers) == set(behind) and keep == set(ahead):
-        r = behind[0]
-        why = (f"rank(s) {ranks_text(behind)} broke the pattern of their own earlier steps there (a call from {site[r]} "
-               f"where {breakers[r][0][1] or 'another call site'} came before) while rank(s) {ranks_text(ahead)} kept "
-               "theirs: they skipped a collective")
-        return "skipped", seq, why, "high"
-    if not breakers and len(ahead) < len(behind):
-        ahead_sites = {site[r] for r in ahead}
-        behind_sites = {site[r] for r in behind}
-        if len(behind_sites) == 1 and not ahead_sites & behind_sites:
-            why = (f"at seq {seq} rank(s) {ranks_text(ahead)} called from {', '.join(sorted(map(str, ahead_sites)))} "
-                   f"while the {len(behind)} others called from {behind_sites.pop()}")
             return "extra", seq, why, "medium"
     return None
