@@ -167,6 +167,37 @@ class AutoThresholdConfig:
 
 
 @dataclass(kw_only=True)
+class ConsensusConfig:
+    """Fast hang detection from the ranks' own reports: which collective each one is blocked in."""
+
+    enabled: bool = True
+    """A rank whose training step has run ``wait`` without a heartbeat reports, once, whether it
+    is blocked in a collective (group, op number) or busy elsewhere. When every rank has reported,
+    at least ``quorum`` of them are blocked, none is in a phase that explains the wait
+    (validation, checkpoint, compile, epoch start, teardown) and the picture is the same at two
+    polls in a row, rank 0 starts the stall event without waiting for the step threshold."""
+    multiplier: float = 3.0
+    """``wait`` = ``multiplier`` x the slowest training step seen so far (a rank's waits in
+    collectives are part of its steps), never below ``min_wait_seconds``."""
+    min_wait_seconds: float = 2.0
+    warmup_steps: int = 10
+    """Training batches observed before a rank reports anything."""
+    quorum: float = 0.5
+    """Fraction of the ranks that must be blocked in a collective (the rest busy outside one)."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.watchdog.consensus"
+        _require(isinstance(self.multiplier, (int, float)) and not isinstance(self.multiplier, bool)
+                 and math.isfinite(self.multiplier) and self.multiplier >= 1.5, f"{key}.multiplier", self.multiplier,
+                 "expected a number >= 1.5 (a smaller one takes an ordinary slow step for a hang)")
+        _finite_positive(f"{key}.min_wait_seconds", self.min_wait_seconds)
+        _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
+        _require(isinstance(self.quorum, (int, float)) and not isinstance(self.quorum, bool)
+                 and 0.0 < self.quorum <= 1.0, f"{key}.quorum", self.quorum,
+                 "expected a fraction of the ranks greater than 0 and at most 1")
+
+
+@dataclass(kw_only=True)
 class WatchdogConfig:
     """The stall watchdog: a daemon thread per rank fed by heartbeats at batch boundaries."""
 
@@ -189,6 +220,7 @@ class WatchdogConfig:
     """Threshold after the last batch of fit, validate, test or predict: strategy teardown and
     ``on_fit_end`` until the watchdog stops. Null: ``validation_seconds``."""
     auto: AutoThresholdConfig = field(default_factory=AutoThresholdConfig)
+    consensus: ConsensusConfig = field(default_factory=ConsensusConfig)
     on_stall: StallAction = StallAction.dump
     """``dump``: dump, summarize, keep waiting. ``dump_and_exit``: then end every rank."""
     exit_code: int = 75
@@ -227,6 +259,8 @@ class WatchdogConfig:
             _finite_positive(f"{key}.teardown_seconds", self.teardown_seconds)
         if isinstance(self.auto, Mapping):
             self.auto = AutoThresholdConfig(**self.auto)
+        if isinstance(self.consensus, Mapping):
+            self.consensus = ConsensusConfig(**self.consensus)
         self.on_stall = _enum(StallAction, f"{key}.on_stall", self.on_stall)
         _require(
             isinstance(self.exit_code, int) and 1 <= self.exit_code <= 255,

@@ -164,7 +164,7 @@ def write_rank_dump(
         "exception": exception,
         "cuda_memory": _cuda_memory(cuda_device),
     }
-    for key in ("stall_events", "last_stall_event"):
+    for key in ("stall_events", "last_stall_event", "detection"):
         if key in progress:
             context[key] = progress[key]
     try:

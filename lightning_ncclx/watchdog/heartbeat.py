@@ -76,6 +76,7 @@ class Heartbeat:
         self._in_sanity_check = False
         self._step_times: deque[float] = deque(maxlen=max(1, config.auto.window))
         self._steps_observed = 0
+        self._longest_step = 0.0
         self._batch_start_time: float | None = None
         self._last_batch_end_time: float | None = None
         self._reported_seq = -1
@@ -100,7 +101,9 @@ class Heartbeat:
         if self._batches > 0:  # the first batch (compilation) says nothing about later steps
             start = self._last_batch_end_time if self._last_batch_end_time is not None else self._batch_start_time
             if start is not None:
-                self._step_times.append(max(0.0, now - start))
+                step_time = max(0.0, now - start)
+                self._step_times.append(step_time)
+                self._longest_step = max(self._longest_step, step_time)
                 self._steps_observed += 1
         self._batches += 1
         self._last_batch_end_time = now
@@ -128,6 +131,17 @@ class Heartbeat:
             return None
         learned = auto.multiplier * max(self._step_times)
         return min(self.config.train_step_seconds, max(auto.floor_seconds, learned))
+
+    def consensus_wait(self) -> float | None:
+        """How long a training step may run before this rank reports where it waits (see
+        :mod:`consensus`); None before the consensus warm-up is over or with consensus off.
+
+        The slowest step since the start, not of a recent window: a rare slow step (a periodic
+        rank-0-only job inside a step) keeps the wait long for the rest of the run."""
+        consensus = self.config.consensus
+        if not consensus.enabled or self._steps_observed < max(1, consensus.warmup_steps):
+            return None
+        return max(consensus.min_wait_seconds, consensus.multiplier * self._longest_step)
 
     def threshold(self, phase: Phase) -> float:
         cfg = self.config

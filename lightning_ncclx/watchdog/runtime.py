@@ -26,6 +26,7 @@ from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summari
 from lightning_ncclx.dump.writer import format_stacks, host_name, write_rank_dump
 from lightning_ncclx.straggler import write_stragglers_json
 from lightning_ncclx.watchdog.activity import main_thread_phase
+from lightning_ncclx.watchdog.consensus import Consensus, ConsensusBoard, Picture
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
 from lightning_ncclx.watchdog.teardown_guard import guard_exit
 from lightning_ncclx.watchdog.triggers import FileTrigger, SignalWakeup, checks_file_trigger
@@ -65,6 +66,11 @@ class WatchdogRuntime:
         self.rank, self.world_size, store = _job_identity()
         self.coordinator = EventCoordinator(store, self.rank, self.world_size, clock=clock)
         self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
+        self.consensus = Consensus(config.consensus, ConsensusBoard(store, self.rank, self.world_size), self.heartbeat,
+                                   poll_interval_seconds=config.poll_interval_seconds, clock=clock)
+        self._consensus_failures = 0
+        self._detection: dict | None = None
+        """How the stall this rank is starting now was found (context.json ``detection``)."""
         self.stall_events = 0
         self.on_demand_events = 0
         self.events_taken_part = 0
@@ -98,6 +104,11 @@ class WatchdogRuntime:
         except Exception:  # noqa: BLE001 - a store that cannot answer now is retried by every poll
             log.warning("[rank %d] could not read earlier dump events or register this process in the store",
                         self.rank, exc_info=True)
+        if self.config.consensus.enabled:
+            try:
+                self.consensus.start()
+            except Exception:  # noqa: BLE001 - without its key, rank 0 never decides: the threshold still works
+                log.warning("[rank %d] could not register for consensus hang detection", self.rank, exc_info=True)
         try:
             self._wakeup.install()
         except Exception:  # noqa: BLE001
@@ -119,6 +130,11 @@ class WatchdogRuntime:
             if self._thread.is_alive():
                 log.warning("[rank %d] watchdog thread still busy at shutdown; left behind (daemon)", self.rank)
                 return
+        if self.config.consensus.enabled:
+            try:
+                self.consensus.stop()
+            except Exception:  # noqa: BLE001 - the store's host may have gone first
+                log.debug("[rank %d] removing the consensus key failed", self.rank, exc_info=True)
         self._wakeup.close()
         try:
             self._native.stop()
@@ -157,6 +173,10 @@ class WatchdogRuntime:
                 self._signal_requested = False
                 self._on_demand()
                 return
+            picture = self._consensus_tick()
+            if picture is not None:
+                self._stall_by_consensus(picture)
+                return
             stall = self.heartbeat.check()
             if stall is None or self._allowed_longer(stall):
                 return
@@ -169,6 +189,33 @@ class WatchdogRuntime:
                             self.config.max_dumps_per_run)
                 return
             self._take_part(self.coordinator.propose("stall"))
+
+    def _consensus_tick(self) -> Picture | None:
+        if not self.config.consensus.enabled:
+            return None
+        try:
+            picture = self.consensus.tick()
+        except Exception:  # noqa: BLE001 - the step threshold still watches this rank
+            self._consensus_failures += 1
+            if self._consensus_failures in (1, 10, 100) or self._consensus_failures % 1000 == 0:
+                log.warning("[rank %d] consensus hang detection failed (%d time(s))", self.rank,
+                            self._consensus_failures, exc_info=True)
+            return None
+        return picture
+
+    def _stall_by_consensus(self, picture: Picture) -> None:
+        beat = self.heartbeat.last
+        log.warning("[rank %d] stall by consensus of every rank: %s", self.rank, picture.describe())
+        if self.stall_events >= self.config.max_dumps_per_run:
+            log.warning("[rank %d] max_dumps_per_run=%d reached: not dumping", self.rank, self.config.max_dumps_per_run)
+            self.heartbeat.mark_reported(beat.seq)
+            return
+        self._detection = {"by": "consensus", "picture": picture.describe(),
+                           "blocked_ranks": sorted(picture.blocked), "busy_ranks": picture.busy}
+        try:
+            self._take_part(self.coordinator.propose("stall"))
+        finally:
+            self._detection = None
 
     def _starvation_seconds(self) -> float:
         """How long this thread may go without running before its rank's stacks are written
@@ -221,6 +268,8 @@ class WatchdogRuntime:
             self.on_demand_events += 1
         folder = self.dump_dir / event.name
         progress = dict(self.heartbeat.progress(), stall_events=self.stall_events)
+        if initiator and event.reason == "stall":
+            progress["detection"] = self._detection or {"by": "step_threshold"}
         files = write_rank_dump(
             folder, event=event.name, reason=event.reason if initiator else "peer_request",
             initiator_rank=event.initiator, progress=progress, stack_traces=self.stack_traces,

@@ -14,6 +14,13 @@ while the others all_reduce there), ``healthy_slow`` (slow first step, slow step
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
 expected), ``slow_state_dict`` (every 3 steps a checkpoint whose ``state_dict()`` takes 4.5 s, as
 gathering a big model does, before any checkpoint hook runs: no alarm expected).
+
+Healthy jobs for the consensus detector (no alarm expected; steps of ``--step-sleep``):
+``slow_rank`` (the fault rank's steps take 1.5x), ``uneven_loader`` (every rank's batches take a
+random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
+the fault rank spends 3 s in a validation batch while the others wait in its all_reduce),
+``slow_checkpoint_rank0`` (a checkpoint after ``--at-batch`` where rank 0 spends 4 s building it
+while the others wait in the checkpoint's barrier).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import re
 import signal
 import sys
@@ -35,7 +43,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_ncclx.config import StallAction, WatchdogConfig, AutoThresholdConfig
+from lightning_ncclx.config import AutoThresholdConfig, ConsensusConfig, StallAction, WatchdogConfig
 
 FOREVER = 3600.0
 
@@ -66,6 +74,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--poll-interval", type=float, default=0.2, help="the watchdog's poll_interval_seconds")
     p.add_argument("--prefill", type=int, default=0,
                    help="collectives each rank runs in setup, to fill the flight recorder (bench: 20000)")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute' in every training step")
+    p.add_argument("--consensus-warmup", type=int, default=ConsensusConfig().warmup_steps)
+    p.add_argument("--consensus-min-wait", type=float, default=ConsensusConfig().min_wait_seconds)
+    p.add_argument("--no-consensus", action="store_true")
     p.add_argument("--report-store-keys", action="store_true",
                    help="rank 0 prints which keys of event 1 are left in the store after fit")
     return p.parse_args()
@@ -78,6 +90,7 @@ def rank() -> int:
 class Data(Dataset):
     def __init__(self, args: argparse.Namespace, n: int) -> None:
         self.args, self.n, self.calls = args, n, 0
+        self.rng = random.Random(int(os.environ.get("LOCAL_RANK", "0")))
 
     def __len__(self) -> int:
         return self.n
@@ -87,9 +100,13 @@ class Data(Dataset):
         # batch_size 1, no workers: the n-th item fetched is the n-th training batch of this rank
         self.calls += 1
         if a.fault == "stuck_loader" and rank() == a.fault_rank and self.calls - 1 == a.at_batch:
+            if a.marker:
+                open(a.marker, "w").close()
             time.sleep(FOREVER)
         if a.fault == "healthy_slow" and self.calls - 1 == a.batches:
             time.sleep(4.5)  # the second epoch's first batch (workers starting): slower than a step
+        if a.fault == "uneven_loader":
+            time.sleep(self.rng.uniform(0.0, a.step_sleep))
         return torch.randn(4)
 
 
@@ -114,6 +131,8 @@ class Model(LightningModule):
         faulty = r == a.fault_rank and batch_idx == a.at_batch
         if a.fault == "healthy_slow":
             time.sleep(4.0 if self.global_step == 0 else 0.4 * (batch_idx % 3))
+        if a.step_sleep:
+            time.sleep(a.step_sleep * (1.5 if a.fault == "slow_rank" and r == a.fault_rank else 1.0))
         if faulty and a.marker:
             open(a.marker, "w").close()
         if faulty and a.fault == "stuck_train":
@@ -155,10 +174,16 @@ class Model(LightningModule):
             time.sleep(0.5)  # long enough for the new watchdog thread to poll the store a few times
         if self.args.fault == "healthy_slow" and batch_idx == 0 and not self.trainer.sanity_checking:
             time.sleep(5.0)  # longer than train_step_seconds, shorter than validation_seconds
+        if self.args.fault == "slow_val_sync" and not self.trainer.sanity_checking and self.sub is not None:
+            if rank() == self.args.fault_rank and batch_idx == 0 and self.global_step > self.args.at_batch:
+                time.sleep(3.0)
+            dist.all_reduce(torch.ones(1), group=self.sub)  # the others wait here meanwhile
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.args.fault == "healthy_slow":
             time.sleep(4.5)  # longer than train_step_seconds, shorter than checkpoint_seconds
+        if self.args.fault == "slow_checkpoint_rank0" and rank() == 0:
+            time.sleep(4.0)  # the others wait in the checkpoint's barrier meanwhile
 
     def state_dict(self, *args, **kwargs):
         if self.args.fault == "slow_state_dict" and self.trainer.training:
@@ -185,6 +210,8 @@ def main() -> int:
         validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
         auto=AutoThresholdConfig(enabled=not args.no_auto, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
+        consensus=ConsensusConfig(enabled=not args.no_consensus, warmup_steps=args.consensus_warmup,
+                                  min_wait_seconds=args.consensus_min_wait),
     )
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
     callbacks = []
@@ -204,15 +231,19 @@ def main() -> int:
         callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))
     if args.fault == "healthy_slow":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
+    if args.fault == "slow_checkpoint_rank0":
+        callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=-1, monitor=None,
+                                         every_n_train_steps=args.at_batch))
     if args.fault == "slow_state_dict":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=-1, monitor=None,
                                          every_n_train_steps=3, save_weights_only=args.save_weights_only))
     trainer = Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs,
         limit_train_batches=args.batches, limit_val_batches=2, num_sanity_val_steps=1,
+        val_check_interval=args.at_batch + 2 if args.fault == "slow_val_sync" else None,
         callbacks=callbacks, enable_progress_bar=False,
         logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
-        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict"), default_root_dir=args.root_dir or args.dump_dir,
+        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0"), default_root_dir=args.root_dir or args.dump_dir,
     )
     loader = DataLoader(Data(args, 64), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)

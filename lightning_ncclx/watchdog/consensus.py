@@ -1,0 +1,263 @@
+"""Fast hang detection by peer consensus: the ranks say where they wait; rank 0 decides.
+
+One rank's clock cannot tell a hang from a slow healthy step, so the step threshold has a 30 s
+floor. The ranks together can: in a hang, most of them sit in a collective and the others are
+busy elsewhere, and that picture does not change. A slow healthy step either ends (the ranks'
+heartbeats move on and their reports are withdrawn) or is in a phase that explains it.
+
+Each rank (watchdog thread, nothing on the training path):
+- while its training step has run longer than ``wait`` (see :meth:`Heartbeat.consensus_wait`)
+  and it is not compiling or saving a checkpoint, keeps one report in the store: blocked in
+  which collectives (from :mod:`collective_probe`), or busy outside any; posted once, changed
+  only when it changes, withdrawn at the next heartbeat;
+- never reports in another phase (validation, checkpoint, epoch start, first step, teardown):
+  a rank that has not reported vetoes the decision, so those phases can never look like a hang.
+
+Rank 0 reads one counter per poll and, once every rank has reported, all reports in one request.
+It declares a hang when at least ``quorum`` of the ranks are blocked and the reports are the same
+at two polls in a row. In steady state nothing is written, and only rank 0 reads (one key).
+
+Store keys (under the ``lightning_ncclx/`` prefix, next to the event keys of ``coordinator``):
+``cs/rank/<r>`` (the report's JSON, empty when none; deleted when the watchdog stops),
+``cs/posted`` (how many ranks have a report), ``cs/changes`` (bumped by every post and withdrawal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lightning_ncclx.config import ConsensusConfig
+from lightning_ncclx.watchdog.activity import main_thread_phase as read_main_thread_phase
+from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_collectives
+from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+
+log = logging.getLogger(__name__)
+
+POSTED_KEY = "cs/posted"
+CHANGES_KEY = "cs/changes"
+MAX_REPORT_BYTES = 64 * 1024
+MAX_BLOCKED_LISTED = 16
+
+
+def report_key(rank: int) -> str:
+    return f"cs/rank/{rank}"
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one rank says while its step has overrun ``wait``."""
+
+    rank: int
+    beat: int
+    """The heartbeat this report belongs to (a new heartbeat withdraws it)."""
+    step: int
+    blocked: tuple[BlockedIn, ...]
+    """Empty: busy outside any collective (compute, data loader, host code)."""
+    waited_seconds: float
+    """Since the heartbeat, when posted (not compared: a report is not re-posted as time passes)."""
+
+    def same_as(self, other: "RankReport | None") -> bool:
+        return other is not None and (self.rank, self.beat, self.blocked) == (other.rank, other.beat, other.blocked)
+
+    def to_json(self) -> str:
+        return json.dumps({"rank": self.rank, "beat": self.beat, "step": self.step,
+                           "blocked": [[b.backend, b.pg_id, b.op_id] for b in self.blocked[:MAX_BLOCKED_LISTED]],
+                           "waited": round(self.waited_seconds, 3)})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> "RankReport | None":
+        """None for an empty or malformed value (another writer's bytes are not trusted)."""
+        if not raw or len(raw) > MAX_REPORT_BYTES:
+            return None
+        try:
+            data = json.loads(raw)
+            blocked = tuple(BlockedIn(str(b[0]), str(b[1]), int(b[2])) for b in data["blocked"][:MAX_BLOCKED_LISTED])
+            waited = float(data["waited"])
+            return cls(rank=int(data["rank"]), beat=int(data["beat"]), step=int(data["step"]), blocked=blocked,
+                       waited_seconds=waited if math.isfinite(waited) else 0.0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Picture:
+    """Every rank's report as rank 0 read them."""
+
+    world_size: int
+    reports: dict[int, RankReport]
+
+    @property
+    def blocked(self) -> dict[int, tuple[BlockedIn, ...]]:
+        return {r: rep.blocked for r, rep in sorted(self.reports.items()) if rep.blocked}
+
+    @property
+    def busy(self) -> list[int]:
+        return sorted(r for r, rep in self.reports.items() if not rep.blocked)
+
+    @property
+    def silent(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.reports]
+
+    def is_hang(self, quorum: float) -> bool:
+        """Every rank reported (a rank in a phase that explains a long wait never does) and at
+        least ``quorum`` of them wait in a collective."""
+        if self.silent or self.world_size < 1:
+            return False
+        return len(self.blocked) >= max(1, math.ceil(quorum * self.world_size - 1e-9))
+
+    def describe(self) -> str:
+        groups: dict[tuple[BlockedIn, ...], list[int]] = {}
+        for r, blocked in self.blocked.items():
+            groups.setdefault(blocked, []).append(r)
+        parts = [f"rank(s) {_ranks(rs)} blocked in {', '.join(b.label() for b in where)}"
+                 for where, rs in sorted(groups.items(), key=lambda item: item[1][0])]
+        if self.busy:
+            waited = max(self.reports[r].waited_seconds for r in self.busy)
+            parts.append(f"rank(s) {_ranks(self.busy)} busy outside any collective (step overran by {waited:.1f} s+)")
+        return "; ".join(parts)
+
+
+def _ranks(ranks: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(r) for r in ranks[:limit])
+    return shown + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+
+
+class ConsensusBoard:
+    """The store side: one rank's report, and rank 0's reading of all of them."""
+
+    def __init__(self, store: Any, rank: int, world_size: int) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self.posted: RankReport | None = None
+
+    def start(self) -> None:
+        """An empty report, so that rank 0 can read every rank's key in one request."""
+        self.store.set(report_key(self.rank), "")
+
+    def post(self, report: RankReport) -> None:
+        self.store.set(report_key(self.rank), report.to_json())
+        if self.posted is None:
+            self.store.add(POSTED_KEY, 1)
+        self.store.add(CHANGES_KEY, 1)
+        self.posted = report
+
+    def withdraw(self) -> None:
+        if self.posted is None:
+            return
+        self.store.set(report_key(self.rank), "")
+        self.posted = None
+        self.store.add(POSTED_KEY, -1)
+        self.store.add(CHANGES_KEY, 1)
+
+    def stop(self) -> None:
+        self.withdraw()
+        self.store.delete_key(report_key(self.rank))
+
+    def counters(self) -> tuple[int, int]:
+        """(ranks with a report, changes so far): two small requests."""
+        return int(self.store.add(POSTED_KEY, 0)), int(self.store.add(CHANGES_KEY, 0))
+
+    def read_all(self) -> dict[int, RankReport] | None:
+        """Every rank's report (one request); None while some rank's key does not exist (its
+        watchdog has not started, or has stopped)."""
+        keys = [report_key(r) for r in range(self.world_size)]
+        if not self.store.check(keys):
+            return None
+        reports: dict[int, RankReport] = {}
+        for rank, raw in enumerate(self.store.multi_get(keys)):
+            report = RankReport.from_json(raw)
+            if report is not None and report.rank == rank:
+                reports[rank] = report
+        return reports
+
+
+class Consensus:
+    """One rank's part, called once per watchdog poll; on rank 0 it also decides."""
+
+    def __init__(self, config: ConsensusConfig, board: ConsensusBoard, heartbeat: Heartbeat, *,
+                 poll_interval_seconds: float,
+                 probe: Callable[[], list[BlockedIn]] = blocked_collectives,
+                 main_thread_phase: Callable[[], Phase | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.board = board
+        self.heartbeat = heartbeat
+        self.poll_interval_seconds = poll_interval_seconds
+        self._probe = probe
+        self._main_thread_phase = main_thread_phase or read_main_thread_phase
+        self._clock = clock
+        self._pending: tuple[int, float] | None = None
+        """(changes counter, time) of a hang picture waiting for its confirming poll."""
+        self._fired_changes: int | None = None
+        self.probes = 0
+
+    @property
+    def evaluates(self) -> bool:
+        return self.board.rank == 0
+
+    def start(self) -> None:
+        self.board.start()
+
+    def stop(self) -> None:
+        self.board.stop()
+
+    def tick(self) -> Picture | None:
+        """Update this rank's report; on rank 0, the picture once it is a confirmed hang."""
+        self._update_report()
+        return self._decide() if self.evaluates else None
+
+    def _update_report(self) -> None:
+        beat = self.heartbeat.last
+        wait = self.heartbeat.consensus_wait()
+        waited = self._clock() - beat.time
+        posted = self.board.posted
+        if posted is not None and posted.beat != beat.seq:
+            self.board.withdraw()
+            posted = None
+        if wait is None or beat.phase is not Phase.train_step or waited <= wait:
+            if posted is not None:
+                self.board.withdraw()
+            return
+        if self._main_thread_phase() is not None:  # compiling or saving: a long step is expected
+            if posted is not None:
+                self.board.withdraw()
+            return
+        self.probes += 1
+        report = RankReport(rank=self.board.rank, beat=beat.seq, step=beat.step,
+                            blocked=tuple(self._probe()), waited_seconds=waited)
+        if not report.same_as(posted):
+            self.board.post(report)
+
+    def _decide(self) -> Picture | None:
+        posted, changes = self.board.counters()
+        if posted < self.board.world_size or changes == self._fired_changes:
+            self._pending = None
+            return None
+        now = self._clock()
+        if self._pending is not None and self._pending[0] == changes:
+            if now - self._pending[1] < self.poll_interval_seconds * 0.9:
+                return None
+            reports = self.board.read_all()
+            if reports is None:
+                return None
+            picture = Picture(self.board.world_size, reports)
+            _, changes_after = self.board.counters()
+            if changes_after != changes or not picture.is_hang(self.config.quorum):
+                self._pending = None
+                return None
+            self._fired_changes = changes
+            self._pending = None
+            return picture
+        reports = self.board.read_all()
+        if reports is not None and Picture(self.board.world_size, reports).is_hang(self.config.quorum):
+            self._pending = (changes, now)
+        else:
+            self._pending = None
+        return None
+

@@ -1,0 +1,299 @@
+"""Consensus hang detection: the reports, rank 0's decision and the store traffic, with several
+ranks' detectors on one real in-memory c10d store, injected clocks and probes (no threads)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from lightning_ncclx.config import ConfigError, ConsensusConfig, NcclxConfig, WatchdogConfig
+from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_from_status
+from lightning_ncclx.watchdog.consensus import (
+    CHANGES_KEY, POSTED_KEY, Consensus, ConsensusBoard, Picture, RankReport, report_key,
+)
+from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+from support import FakeClock
+
+POLL = 0.5
+STEP = 1.0
+WAIT = 3.0  # multiplier 3 x the slowest step (1 s), above the 2 s minimum
+IN_ALLREDUCE = BlockedIn("gloo", "1", 13)
+
+
+class CountingStore:
+    """A real HashStore that counts the requests each rank's detector sends."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+class Job:
+    """``world`` ranks, each with a heartbeat, a detector and a probe the test sets."""
+
+    def __init__(self, world: int = 3, **consensus: Any) -> None:
+        self.clock = FakeClock(1000.0)
+        self.shared = dist.PrefixStore("test", dist.HashStore())
+        config = WatchdogConfig(consensus=ConsensusConfig(**{"warmup_steps": 3, **consensus}))
+        self.heartbeats = [Heartbeat(config, clock=self.clock) for _ in range(world)]
+        self.stores = [CountingStore(self.shared) for _ in range(world)]
+        self.where: dict[int, list[BlockedIn]] = {r: [] for r in range(world)}
+        self.main_phase: dict[int, Phase | None] = {r: None for r in range(world)}
+        self.detectors = [
+            Consensus(config.consensus, ConsensusBoard(self.stores[r], r, world), self.heartbeats[r],
+                      poll_interval_seconds=POLL, clock=self.clock,
+                      probe=lambda r=r: list(self.where[r]), main_thread_phase=lambda r=r: self.main_phase[r])
+            for r in range(world)
+        ]
+        for detector in self.detectors:
+            detector.start()
+
+    def steps(self, n: int, seconds: float = STEP) -> None:
+        for _ in range(n):
+            for hb in self.heartbeats:
+                hb.train_batch_start()
+            self.clock.advance(seconds)
+            for hb in self.heartbeats:
+                hb.train_batch_end()
+
+    def start_step(self) -> None:
+        for hb in self.heartbeats:
+            hb.train_batch_start()
+
+    def poll(self) -> Picture | None:
+        """One poll on every rank, rank 0 last (it decides on what the others posted)."""
+        self.clock.advance(POLL)
+        for detector in self.detectors[1:]:
+            assert detector.tick() is None
+        return self.detectors[0].tick()
+
+    def polls_until_hang(self, limit: int = 40) -> tuple[Picture | None, int]:
+        for n in range(1, limit + 1):
+            picture = self.poll()
+            if picture is not None:
+                return picture, n
+        return None, limit
+
+
+def test_a_rank_stuck_outside_a_collective_is_a_hang_after_the_wait_and_two_agreeing_polls() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})  # rank 1 computes forever
+    picture, polls = job.polls_until_hang()
+    assert picture is not None
+    assert sorted(picture.blocked) == [0, 2] and picture.busy == [1] and picture.silent == []
+    # nothing reported before WAIT; reports in the poll after it; rank 0 confirms one poll later
+    assert polls == int(WAIT / POLL) + 2
+    assert "rank(s) 0, 2 blocked in gloo group 1 op 13" in picture.describe()
+    assert "rank(s) 1 busy outside any collective" in picture.describe()
+    assert job.poll() is None  # one event per picture
+
+
+def test_a_slow_step_that_ends_withdraws_the_reports_and_is_no_hang() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    for _ in range(int(WAIT / POLL) + 1):  # every rank has reported; rank 0 waits for its second look
+        assert job.poll() is None
+    assert int(job.shared.add(POSTED_KEY, 0)) == 3
+    job.steps(1)  # the step ended after all
+    job.where.update({0: [], 2: []})
+    assert job.poll() is None
+    assert int(job.shared.add(POSTED_KEY, 0)) == 0
+    picture, _ = job.polls_until_hang(limit=4)
+    assert picture is None
+
+
+@pytest.mark.parametrize("phase", [Phase.validation, Phase.checkpoint, Phase.epoch_start, Phase.teardown])
+def test_a_rank_in_a_phase_that_explains_the_wait_vetoes(phase: Phase) -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.heartbeats[1].beat(phase)  # e.g. rank 1 builds a checkpoint while the others wait in its barrier
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+    assert job.detectors[1].board.posted is None
+
+
+@pytest.mark.parametrize("phase", [Phase.first_step, Phase.checkpoint])
+def test_a_rank_whose_main_thread_compiles_or_saves_vetoes(phase: Phase) -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.main_phase[2] = phase  # a recompile after a shape change, or a torch.save inside the step
+    job.where.update({0: [IN_ALLREDUCE], 1: [IN_ALLREDUCE]})
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+    job.main_phase[2] = None  # it was stuck after all: now the picture is complete
+    picture, _ = job.polls_until_hang(limit=4)
+    assert picture is not None and picture.busy == [2]
+
+
+def test_nothing_is_reported_before_the_warm_up_steps() -> None:
+    job = Job(warmup_steps=10)
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+    assert all(d.probes == 0 for d in job.detectors)
+
+
+def test_the_wait_follows_the_slowest_step_seen() -> None:
+    job = Job(multiplier=3.0, min_wait_seconds=2.0)
+    job.steps(4, seconds=0.1)
+    assert job.heartbeats[0].consensus_wait() == pytest.approx(2.0)  # the minimum
+    job.steps(1, seconds=4.0)
+    job.steps(20, seconds=0.1)
+    assert job.heartbeats[0].consensus_wait() == pytest.approx(12.0)  # a rare slow step is not forgotten
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    for _ in range(int(12.0 / POLL)):
+        assert job.poll() is None
+    assert all(d.board.posted is None for d in job.detectors)
+
+
+def test_every_rank_busy_is_left_to_the_step_threshold() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()  # nobody in a collective: a very slow step on every rank, or all stuck alike
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+    assert int(job.shared.add(POSTED_KEY, 0)) == 3
+
+
+def test_a_silent_rank_leaves_it_to_the_step_threshold() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.detectors[1].tick = lambda: None  # its watchdog thread cannot run (GIL held, process frozen)
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+
+
+def test_quorum_counts_the_blocked_ranks() -> None:
+    reports = {r: RankReport(rank=r, beat=9, step=5, blocked=(IN_ALLREDUCE,) if r < 3 else (), waited_seconds=4.0)
+               for r in range(8)}
+    picture = Picture(8, reports)
+    assert picture.is_hang(0.375) and not picture.is_hang(0.5)
+    assert not Picture(9, reports).is_hang(0.1)  # rank 8 never reported
+    everyone = {r: RankReport(rank=r, beat=9, step=5, blocked=(IN_ALLREDUCE,), waited_seconds=4.0) for r in range(8)}
+    assert Picture(8, everyone).is_hang(1.0)  # all in one collective that never completes
+
+
+def test_steady_state_costs_rank_zero_two_small_reads_per_poll_and_the_others_nothing() -> None:
+    job = Job()
+    job.steps(5)
+    before = [s.calls for s in job.stores]
+    for _ in range(10):  # steps of 1 s, two polls each
+        job.start_step()
+        job.poll()
+        job.poll()
+        for hb in job.heartbeats:
+            hb.train_batch_end()
+    assert [s.calls - b for s, b in zip(job.stores, before)] == [40, 0, 0]
+
+
+def test_a_report_is_posted_once_and_reposted_only_when_it_changes() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.detectors[0].tick = lambda: None  # rank 0 does not decide: only the posts are counted
+    for _ in range(int(WAIT / POLL) + 6):
+        job.poll()
+    assert int(job.shared.add(CHANGES_KEY, 0)) == 2  # ranks 1 and 2 posted once each
+    job.where[1] = [BlockedIn("gloo", "0", 40)]
+    job.poll()
+    assert int(job.shared.add(CHANGES_KEY, 0)) == 3
+    assert int(job.shared.add(POSTED_KEY, 0)) == 2
+
+
+def test_stop_removes_this_ranks_key_and_its_report() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE]})
+    for _ in range(int(WAIT / POLL) + 2):
+        job.poll()
+    assert int(job.shared.add(POSTED_KEY, 0)) == 3
+    for detector in job.detectors:
+        detector.stop()
+    assert not any(job.shared.check([report_key(r)]) for r in range(3))
+    assert int(job.shared.add(POSTED_KEY, 0)) == 0
+
+
+@pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b'{"rank": "x"}', b'{"rank": 1, "beat": 2, "step": 3}',
+                                 b'{"rank": 1, "beat": 2, "step": 3, "blocked": [["gloo"]], "waited": 1}',
+                                 b'{"rank": 1, "beat": 2, "step": 3, "blocked": 5, "waited": 1}',
+                                 b"{" + b" " * 70000 + b"}"])
+def test_a_malformed_report_counts_as_no_report(raw: bytes) -> None:
+    assert RankReport.from_json(raw) is None
+
+
+def test_a_report_round_trips_and_a_nan_wait_is_read_as_zero() -> None:
+    report = RankReport(rank=4, beat=17, step=12, blocked=(IN_ALLREDUCE, BlockedIn("nccl2", "0", 99)), waited_seconds=3.25)
+    assert RankReport.from_json(report.to_json()) == report
+    data = json.loads(report.to_json())
+    data["waited"] = float("nan")
+    assert RankReport.from_json(json.dumps(data)).waited_seconds == 0.0
+
+
+def test_a_report_under_another_ranks_key_is_ignored() -> None:
+    job = Job()
+    job.shared.set(report_key(2), RankReport(rank=1, beat=1, step=1, blocked=(), waited_seconds=1.0).to_json())
+    reports = job.detectors[0].board.read_all()
+    assert reports == {}
+
+
+def test_pg_status_gives_the_unfinished_op_of_each_group() -> None:
+    status = {"0": {"last_enqueued_collective": "41", "last_completed_collective": "41", "last_started_collective": "-1"},
+              "1": {"last_enqueued_collective": "13", "last_completed_collective": "12", "last_started_collective": "-1"}}
+    assert blocked_from_status("gloo", status, None) == [BlockedIn("gloo", "1", 13)]
+
+
+def test_an_unknown_completed_counter_is_decided_by_the_active_entries() -> None:
+    status = {"0": {"last_enqueued_collective": 21, "last_started_collective": -1, "last_completed_collective": -1},
+              "3": {"last_enqueued_collective": 8, "last_started_collective": -1, "last_completed_collective": -1}}
+    entries = [{"pg_id": 0, "op_id": 21, "state": "scheduled"}, {"pg_id": 0, "op_id": 20, "state": "completed"}]
+    assert blocked_from_status("nccl", status, entries) == [BlockedIn("nccl", "0", 21)]
+
+
+@pytest.mark.parametrize("status", [None, [], {"0": "x"}, {"0": {"last_enqueued_collective": "abc"}},
+                                    {"0": {"last_enqueued_collective": -1, "last_completed_collective": -1}}])
+def test_a_malformed_pg_status_means_not_blocked(status: Any) -> None:
+    assert blocked_from_status("gloo", status, [{"pg_id": 0, "op_id": "?"}]) == []
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"multiplier": 1.0}, r"ncclx.watchdog.consensus.multiplier=1.0 is not valid"),
+    ({"quorum": 0.0}, r"ncclx.watchdog.consensus.quorum=0.0 is not valid"),
+    ({"quorum": 1.5}, r"ncclx.watchdog.consensus.quorum=1.5 is not valid"),
+    ({"min_wait_seconds": float("inf")}, r"ncclx.watchdog.consensus.min_wait_seconds=inf is not valid"),
+    ({"warmup_steps": -1}, r"ncclx.watchdog.consensus.warmup_steps=-1 is not valid"),
+])
+def test_bad_consensus_settings_name_the_key(values: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        NcclxConfig(watchdog={"consensus": values})
+
+
+def test_consensus_off_reports_nothing() -> None:
+    job = Job(enabled=False)
+    job.steps(20)
+    assert job.heartbeats[0].consensus_wait() is None

@@ -1,0 +1,95 @@
+"""Consensus detection in real 3-rank Lightning jobs (gloo on CPU, steps of 0.3 s).
+
+The step threshold is set to 60 s with no learned threshold, so in these jobs only the consensus
+can start an event before the job's timeout; which detector started it is read from the
+initiator's context.json. Outcomes only, never durations."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import contexts
+from watchdog.harness import (
+    PROGRAM_ERROR_EXIT_CODE, REPO, STALL_EXIT_CODE, assert_culprit, assert_every_rank_dumped, free_port, run_job,
+)
+
+pytestmark = pytest.mark.timeout(240)
+WORLD = 3
+CONSENSUS_JOB = ("--strategy", "ddp_ncclx", "--step-sleep", "0.3", "--batches", "18", "--at-batch", "10",
+                 "--consensus-warmup", "6", "--consensus-min-wait", "1.0", "--train-step-seconds", "60", "--no-auto")
+
+
+def _detection(folder: Path) -> dict:
+    found = contexts(folder)
+    initiators = [ctx for ctx in found.values() if ctx["reason"] == "stall"]
+    assert len(initiators) == 1, [ctx["reason"] for ctx in found.values()]
+    return initiators[0].get("detection") or {}
+
+
+@pytest.mark.parametrize(
+    ("fault", "culprit", "kind", "exit_code"),
+    [
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE),
+        ("stuck_loader", 2, "stuck_outside_collective", STALL_EXIT_CODE),
+        ("skip_collective", 2, "program_divergence", PROGRAM_ERROR_EXIT_CODE),
+        ("other_collective", 1, "argument_mismatch", PROGRAM_ERROR_EXIT_CODE),
+    ],
+)
+def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
+        tmp_path: Path, fault: str, culprit: int, kind: str, exit_code: int) -> None:
+    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", str(culprit))
+    assert result.returncode == exit_code, result.log[-4000:]
+    events = result.events()
+    assert [e.name for e in events] == ["stall-001"], result.log[-4000:]
+    assert_every_rank_dumped(events[0], WORLD, result.log)
+    detection = _detection(events[0])
+    assert detection.get("by") == "consensus", (detection, result.log[-4000:])
+    assert "stall by consensus of every rank" in result.log
+    summary = assert_culprit(events[0], culprit, result.log)
+    assert summary["hang_kind"] == kind
+    if fault.startswith("stuck_"):  # the culprit was busy elsewhere while the others waited for it
+        assert detection["busy_ranks"] == [culprit]
+        assert sorted(detection["blocked_ranks"]) == sorted(set(range(WORLD)) - {culprit})
+
+
+@pytest.mark.parametrize(
+    ("fault", "fault_rank"),
+    [
+        ("slow_rank", 1),               # every step of rank 1 takes 1.5x: the others wait for it each step
+        ("uneven_loader", 1),           # every rank's batches take a random 0-0.3 s to load
+        ("slow_val_sync", 1),           # rank 1 spends 3 s in a validation batch; the others wait in its all_reduce
+        ("slow_checkpoint_rank0", 0),   # rank 0 builds a checkpoint for 4 s; the others wait in its barrier
+    ],
+)
+def test_healthy_jobs_raise_no_event(tmp_path: Path, fault: str, fault_rank: int) -> None:
+    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", str(fault_rank))
+    assert result.returncode == 0, result.log[-4000:]
+    assert result.events() == [], result.log[-4000:]
+    assert "stall by consensus" not in result.log
+
+
+def test_the_probe_sees_the_collective_a_rank_waits_in(tmp_path: Path) -> None:
+    """A real gloo wait, probed from another thread of the waiting rank."""
+    job = Path(__file__).parent / "jobs" / "probe_job.py"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    port, release = str(free_port()), str(tmp_path / "release")
+    procs = [subprocess.Popen([sys.executable, str(job), str(r), port, release], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for r in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    line = next(line for line in outputs[0].splitlines() if line.startswith("PROBE "))
+    found = json.loads(line[len("PROBE "):])
+    assert found["idle"] == [] and found["after"] == []
+    assert found["blocked"] == [["gloo", "1", 6]]  # the sub-group's 6th op: five completed before it
