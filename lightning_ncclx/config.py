@@ -1,7 +1,8 @@
 """Typed configuration of lightning-ncclx.
 
-Plain keyword-only dataclasses, importable without torch or Lightning, mirrored one-to-one by
-the Hydra tree in ``conf/ncclx/`` and registered in Hydra's ConfigStore (see ``hydra_store``).
+Plain keyword-only dataclasses, importable without torch or Lightning, and the only place the
+defaults are written: Hydra's ``ncclx/default.yaml`` lists this schema (registered in the
+ConfigStore by ``hydra_store``) and holds only comments.
 Every check lives in ``__post_init__`` and raises :class:`~lightning_ncclx.errors.ConfigError`
 naming the dotted key and the bad value. With OmegaConf, ``__post_init__`` only runs at
 ``OmegaConf.to_object``: use :func:`ncclx_config_from` to convert before use.

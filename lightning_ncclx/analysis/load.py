@@ -220,7 +220,7 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     results = _read_many(found.traces, default_workers() if workers is None else workers)
     ignored.extend(r for r in results if isinstance(r, NotADump))
     unreadable.extend(r for r in results if isinstance(r, Unreadable) and not isinstance(r, NotADump))
-    read = [r for r in results if isinstance(r, RankTrace)]
+    read = _adopt_lone_backend([r for r in results if isinstance(r, RankTrace)])
     traces, duplicates = _dedupe(read)
     warnings = tuple(_rank_disagreements(read, found.traces))
     gone, silent = read_collection(roots[0])
@@ -291,6 +291,18 @@ def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict]]:
         if str(key).isdigit() and isinstance(proc, dict):
             silent[int(key)] = {k: proc.get(k) for k in ("pid", "host", "state")}
     return gone, silent
+
+
+def _adopt_lone_backend(traces: list[RankTrace]) -> list[RankTrace]:
+    """A dump without entries names its backend only through its file name, if at all. Where
+    every dump with entries is of one backend, an empty one is that backend's: the rank dumped an
+    empty buffer (it never entered a collective), which is evidence about it, not a missing dump.
+    (A second empty file of the same rank then counts as its duplicate.)"""
+    libs = {t.lib for t in traces if t.n_entries > 0}
+    if len(libs) != 1:
+        return traces
+    lib = next(iter(libs))
+    return [replace(t, lib=lib) if t.n_entries == 0 and t.lib != lib else t for t in traces]
 
 
 def _dedupe(traces: list[RankTrace]) -> tuple[list[RankTrace], list[Duplicate]]:

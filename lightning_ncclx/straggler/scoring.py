@@ -8,6 +8,13 @@ Peers may wait for a straggler inside a scored part (FSDP all-gathers parameters
 where a rank took less time than *every* peer, the peers spent that difference waiting for it,
 so it is taken off their work before the ratio. The slow part is the one with the largest excess
 over the peers' median of that part.
+
+The work every rank shares dilutes the ratio of the whole: a forward 30% slower in a step that
+also loads, steps the optimizer and runs Lightning's hooks scored 1.17. So a part that is a real
+share of the work (at least ``MIN_PART_SHARE`` of the peers' median work) is also scored alone,
+and the rank's score is the larger of the two. A part too small to matter (a 1 ms data fetch)
+is never scored alone: its ratio is noise. Nor is a part of a rank whose whole work is like its
+peers' (``MIN_WORK_RATIO_FOR_PARTS``).
 """
 
 from __future__ import annotations
@@ -19,14 +26,19 @@ from lightning_ncclx.straggler.timings import SCORED_PARTS, IntervalSummary
 
 from lightning_ncclx.report.stragglers import PART_LABELS
 
-
+MIN_PART_SHARE = 0.25
+MIN_WORK_RATIO_FOR_PARTS = 1.05
+"""A part is scored alone only where the rank's whole work is above its peers' too: a part that
+is long only because the rank waited in it for another rank (FSDP's all-gather in forward, with
+the straggler among so few peers that it pulls their median down) is not a straggler's part."""
 
 @dataclass(frozen=True)
 class RankScore:
     rank: int
     host: str
     score: float
-    """Work over the median of the peers' work, net of their waiting for this rank (1.0: like the others)."""
+    """Work over the median of the peers' work, net of their waiting for this rank (1.0: like the
+    others), or a large part's own ratio where that is higher."""
     slow_part: str
     """The scored part with the largest excess over the peers' median of it."""
     part_ratios: dict[str, float]
@@ -60,13 +72,19 @@ def score_interval(summaries: list[IntervalSummary]) -> IntervalScores | None:
     for me in summaries:
         peers = [s for s in summaries if s.rank != me.rank]
         peer_work = statistics.median(s.work_seconds for s in peers)
-        waited_for_me = sum(max(0.0, min(s.parts.get(p, 0.0) for s in peers) - me.parts.get(p, 0.0))
-                            for p in SCORED_PARTS)
+        waited = {p: max(0.0, min(s.parts.get(p, 0.0) for s in peers) - me.parts.get(p, 0.0)) for p in SCORED_PARTS}
+        waited_for_me = sum(waited.values())
         reference = peer_work - waited_for_me if peer_work - waited_for_me > 0 else peer_work
         medians = {p: statistics.median(s.parts.get(p, 0.0) for s in peers) for p in me.parts}
         ratios = {p: _ratio(me.parts[p], medians[p]) for p in me.parts}
         slow = max(SCORED_PARTS, key=lambda p: me.parts.get(p, 0.0) - medians.get(p, 0.0))
-        scores.append(RankScore(rank=me.rank, host=me.host, score=_ratio(me.work_seconds, reference), slow_part=slow,
+        score = _ratio(me.work_seconds, reference)
+        for p in SCORED_PARTS if score >= MIN_WORK_RATIO_FOR_PARTS else ():
+            median = medians.get(p, 0.0)
+            if peer_work > 0 and median >= MIN_PART_SHARE * peer_work:
+                part_reference = median - waited[p] if median - waited[p] > 0 else median
+                score = max(score, _ratio(me.parts.get(p, 0.0), part_reference))
+        scores.append(RankScore(rank=me.rank, host=me.host, score=score, slow_part=slow,
                                 part_ratios=ratios, parts=dict(me.parts), peer_medians=medians))
     scores.sort(key=lambda s: (-s.score, s.rank))
     return IntervalScores(interval=interval, ranks=tuple(scores))

@@ -135,6 +135,7 @@ class ConsensusBoard:
         self.rank = rank
         self.world_size = world_size
         self.posted: RankReport | None = None
+        self.posts = 0
 
     def start(self) -> None:
         """An empty report, so that rank 0 can read every rank's key in one request."""
@@ -146,6 +147,7 @@ class ConsensusBoard:
             self.store.add(POSTED_KEY, 1)
         self.store.add(CHANGES_KEY, 1)
         self.posted = report
+        self.posts += 1
 
     def withdraw(self) -> None:
         if self.posted is None:

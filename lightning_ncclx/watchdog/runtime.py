@@ -131,6 +131,8 @@ class WatchdogRuntime:
                 log.warning("[rank %d] watchdog thread still busy at shutdown; left behind (daemon)", self.rank)
                 return
         if self.config.consensus.enabled:
+            log.info("[rank %d] consensus: %d report(s) posted in this run (a step overran its wait)", self.rank,
+                     self.consensus.board.posts)
             try:
                 self.consensus.stop()
             except Exception:  # noqa: BLE001 - the store's host may have gone first

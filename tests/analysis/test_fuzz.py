@@ -180,6 +180,10 @@ def test_our_layout_with_odd_context_stacks_and_collection_files_is_analyzed(tmp
     s = analyze_folder(folder)
     assert isinstance(s.verdict, Verdict)
     assert render_text(s) and render_json(s) and render_html(s)
+    # every trace is intact: odd side files may add context, never change what the traces say
+    traces_only = analyze_folder(raw)
+    assert (s.verdict, s.culprit_ranks) == (traces_only.verdict, traces_only.culprit_ranks)
+    _culprits_are_members(s)
 
 
 @pytest.mark.parametrize("seed", range(200))

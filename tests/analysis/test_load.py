@@ -102,3 +102,17 @@ def test_parallel_loading_gives_the_same_traces(tmp_path):
     serial = load_folder(tmp_path, workers=1)
     parallel = load_folder(tmp_path, workers=2)
     assert [t.groups for t in serial.traces] == [t.groups for t in parallel.traces]
+
+
+@pytest.mark.parametrize("empty_name", ["nccl_trace_rank_2", "rank_00002.nccl.fr.pkl", "dump-of-rank-2.pkl"])
+def test_an_empty_dump_is_a_rank_that_never_entered_not_a_missing_one(tmp_path: Path, empty_name: str) -> None:
+    """Rank 2 dumped an empty nccl2 buffer: whatever its file is called (torch's prefix, our layout
+    with the legacy tag, a name of its own), it counts as the job's one backend."""
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for rank in (0, 1):
+        write(tmp_path, f"nccl_trace_rank_{rank}", dump(collectives(3, lib="nccl2", last_state="scheduled"), groups))
+    write(tmp_path, empty_name, dump([], groups))
+    s = analyze_folder(tmp_path)
+    assert {i.rank: i.backend for i in s.inputs} == {0: "nccl2", 1: "nccl2", 2: "nccl2"}
+    assert (s.verdict, s.culprit_ranks) == (Verdict.NOT_ENTERED, (2,))
+    assert "never entered" in s.findings[0].message

@@ -63,7 +63,19 @@ def test_fix_pg_config_keeps_the_raw_one() -> None:
 
 
 def test_stacks_name_every_thread() -> None:
-    assert "MainThread" in format_stacks()
+    import threading
+
+    release = threading.Event()
+    helper = threading.Thread(target=release.wait, name="ncclx-test-helper", daemon=True)
+    helper.start()
+    try:
+        text = format_stacks()
+    finally:
+        release.set()
+        helper.join()
+    assert "MainThread" in text and "ncclx-test-helper" in text
+    helper_part = text[text.index("ncclx-test-helper"):]
+    assert "in wait" in helper_part  # the helper's own stack, not only its name
 
 
 def test_atomic_write_replaces(tmp_path: Path) -> None:

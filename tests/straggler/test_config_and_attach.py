@@ -32,13 +32,6 @@ def test_defaults_and_off_switch() -> None:
     assert ncclx_config_from({"straggler": {"enabled": False}}).straggler.enabled is False
 
 
-def test_packaged_yaml_mirrors_the_dataclass() -> None:
-    from omegaconf import OmegaConf
-
-    import lightning_ncclx
-
-    yaml = OmegaConf.load(Path(lightning_ncclx.__file__).parent / "conf" / "ncclx" / "default.yaml")
-    assert ncclx_config_from({"straggler": OmegaConf.to_container(yaml.straggler)}).straggler == StragglerConfig()
 
 
 def test_default_detector_is_added_once_and_a_users_own_is_kept(tmp_path: Path) -> None:

@@ -19,9 +19,26 @@ def test_slow_forward_scores_against_the_median_of_the_peers() -> None:
     assert scores is not None
     top = scores.slowest
     assert top is not None and top.rank == 2 and top.slow_part == "forward"
-    assert top.score == pytest.approx(0.134 / 0.103)
+    assert top.score == pytest.approx(1.31)  # forward alone: above the whole work's 0.134 / 0.103
     assert top.part_ratios["forward"] == pytest.approx(1.31)
     assert all(s.score == pytest.approx(1.0) for s in scores.ranks[1:])
+
+
+def test_a_large_part_is_scored_alone_where_shared_work_dilutes_the_whole() -> None:
+    # forward 30% slower; loading and the optimizer (shared by every rank) take 40% of the work
+    parts = {"data": 0.05, "optimizer": 0.09}
+    scores = score_interval([summary(0, **parts, forward=0.2), summary(1, **parts, forward=0.2),
+                             summary(2, **parts, forward=0.26), summary(3, **parts, forward=0.2)])
+    assert scores is not None
+    top = scores.slowest
+    assert (top.rank, top.slow_part) == (2, "forward")
+    assert (0.4 / 0.34) < 1.2 < top.score == pytest.approx(1.3)
+
+
+def test_a_small_part_is_never_scored_alone() -> None:
+    # a 6 ms data fetch 3x its peers' 2 ms is not scored alone (2% of the work): the whole work decides
+    scores = score_interval([summary(0), summary(1), summary(2, data=0.006, forward=0.110), summary(3)])
+    assert scores is not None and scores.slowest.score == pytest.approx(0.117 / 0.103)
 
 
 def test_waiting_in_backward_is_not_scored() -> None:

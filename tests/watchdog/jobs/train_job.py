@@ -20,7 +20,8 @@ Healthy jobs for the consensus detector (no alarm expected; steps of ``--step-sl
 random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
 the fault rank spends 3 s in a validation batch while the others wait in its all_reduce),
 ``slow_checkpoint_rank0`` (a checkpoint after ``--at-batch`` where rank 0 spends 4 s building it
-while the others wait in the checkpoint's barrier).
+while the others wait in the checkpoint's barrier), ``soak`` (all of these but the slow rank at
+once: uneven loaders, a slow validation batch with a sync and a slow checkpoint every epoch).
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--consensus-warmup", type=int, default=ConsensusConfig().warmup_steps)
     p.add_argument("--consensus-min-wait", type=float, default=ConsensusConfig().min_wait_seconds)
     p.add_argument("--no-consensus", action="store_true")
+    p.add_argument("--step-noise", type=float, default=0.0,
+                   help="each step sleeps --step-sleep x uniform(1 - noise, 1 + noise)")
+    p.add_argument("--watchdog-defaults", action="store_true",
+                   help="the watchdog's default thresholds (bench); only on_stall and the consensus switch set here")
+    p.add_argument("--max-minutes", type=float, default=None, help="train this long (epochs without end)")
+    p.add_argument("--epoch-size", type=int, default=64)
     p.add_argument("--report-store-keys", action="store_true",
                    help="rank 0 prints which keys of event 1 are left in the store after fit")
     return p.parse_args()
@@ -105,7 +112,7 @@ class Data(Dataset):
             time.sleep(FOREVER)
         if a.fault == "healthy_slow" and self.calls - 1 == a.batches:
             time.sleep(4.5)  # the second epoch's first batch (workers starting): slower than a step
-        if a.fault == "uneven_loader":
+        if a.fault in ("uneven_loader", "soak"):
             time.sleep(self.rng.uniform(0.0, a.step_sleep))
         return torch.randn(4)
 
@@ -116,6 +123,7 @@ class Model(LightningModule):
         self.args = args
         self.layer = torch.nn.Linear(4, 1)
         self.sub = None
+        self.noise = random.Random(1000 + int(os.environ.get("LOCAL_RANK", "0")))
 
     def setup(self, stage: str) -> None:
         if dist.is_initialized():
@@ -132,7 +140,8 @@ class Model(LightningModule):
         if a.fault == "healthy_slow":
             time.sleep(4.0 if self.global_step == 0 else 0.4 * (batch_idx % 3))
         if a.step_sleep:
-            time.sleep(a.step_sleep * (1.5 if a.fault == "slow_rank" and r == a.fault_rank else 1.0))
+            noise = self.noise.uniform(1.0 - a.step_noise, 1.0 + a.step_noise) if a.step_noise else 1.0
+            time.sleep(a.step_sleep * noise * (1.5 if a.fault == "slow_rank" and r == a.fault_rank else 1.0))
         if faulty and a.marker:
             open(a.marker, "w").close()
         if faulty and a.fault == "stuck_train":
@@ -174,7 +183,7 @@ class Model(LightningModule):
             time.sleep(0.5)  # long enough for the new watchdog thread to poll the store a few times
         if self.args.fault == "healthy_slow" and batch_idx == 0 and not self.trainer.sanity_checking:
             time.sleep(5.0)  # longer than train_step_seconds, shorter than validation_seconds
-        if self.args.fault == "slow_val_sync" and not self.trainer.sanity_checking and self.sub is not None:
+        if self.args.fault in ("slow_val_sync", "soak") and not self.trainer.sanity_checking and self.sub is not None:
             if rank() == self.args.fault_rank and batch_idx == 0 and self.global_step > self.args.at_batch:
                 time.sleep(3.0)
             dist.all_reduce(torch.ones(1), group=self.sub)  # the others wait here meanwhile
@@ -182,7 +191,7 @@ class Model(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.args.fault == "healthy_slow":
             time.sleep(4.5)  # longer than train_step_seconds, shorter than checkpoint_seconds
-        if self.args.fault == "slow_checkpoint_rank0" and rank() == 0:
+        if self.args.fault in ("slow_checkpoint_rank0", "soak") and rank() == 0:
             time.sleep(4.0)  # the others wait in the checkpoint's barrier meanwhile
 
     def state_dict(self, *args, **kwargs):
@@ -213,6 +222,8 @@ def main() -> int:
         consensus=ConsensusConfig(enabled=not args.no_consensus, warmup_steps=args.consensus_warmup,
                                   min_wait_seconds=args.consensus_min_wait),
     )
+    if args.watchdog_defaults:
+        cfg = WatchdogConfig(on_stall=StallAction(args.on_stall), consensus=ConsensusConfig(enabled=not args.no_consensus))
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
     callbacks = []
     if args.strategy in ("ddp_ncclx", "fsdp_ncclx"):
@@ -223,13 +234,16 @@ def main() -> int:
         strategy_class = DDPNcclxStrategy if args.strategy == "ddp_ncclx" else FSDPNcclxStrategy
         strategy = strategy_class(ncclx=NcclxConfig(
             backend="gloo", watchdog=cfg, flight_recorder=FlightRecorderConfig(dump_dir=dump_dir),
-            timeouts=TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0)))
+            timeouts=TimeoutConfig() if args.watchdog_defaults
+            else TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0)))
     else:
         from lightning_ncclx.watchdog import StallWatchdog
 
         strategy = args.strategy
         callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))
     if args.fault == "healthy_slow":
+        callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
+    if args.fault == "soak":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
     if args.fault == "slow_checkpoint_rank0":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=-1, monitor=None,
@@ -238,14 +252,16 @@ def main() -> int:
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=-1, monitor=None,
                                          every_n_train_steps=3, save_weights_only=args.save_weights_only))
     trainer = Trainer(
-        accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs,
-        limit_train_batches=args.batches, limit_val_batches=2, num_sanity_val_steps=1,
+        accelerator="cpu", devices=args.devices, strategy=strategy,
+        max_epochs=-1 if args.max_minutes else args.epochs,
+        max_time={"seconds": round(args.max_minutes * 60)} if args.max_minutes else None,
+        limit_train_batches=args.epoch_size if args.max_minutes else args.batches, limit_val_batches=2, num_sanity_val_steps=1,
         val_check_interval=args.at_batch + 2 if args.fault == "slow_val_sync" else None,
         callbacks=callbacks, enable_progress_bar=False,
         logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
-        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0"), default_root_dir=args.root_dir or args.dump_dir,
+        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak"), default_root_dir=args.root_dir or args.dump_dir,
     )
-    loader = DataLoader(Data(args, 64), batch_size=1, shuffle=False)
+    loader = DataLoader(Data(args, max(64, args.epoch_size)), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)
     model = Model(args)
     trainer.fit(model, loader, val)

@@ -1,0 +1,139 @@
+"""Hang detection with and without peer consensus, side by side, and a soak of healthy training.
+
+``detect``: real ``ddp_ncclx`` fits on gloo (``tests/watchdog/jobs/train_job.py``) with steps of
+about 1 s (uniform 0.9-1.1 s), every watchdog setting at its default, one rank faulty after
+``--at-batch`` batches; once with consensus on (the default), once with it off (step threshold
+only: 10 x the slowest recent step, never below 30 s). Measured: seconds from the fault (a marker
+file the faulty rank writes as the fault starts) to the written summary.json; which detector
+started the event; the culprit the summary names.
+
+``soak``: a healthy fit at the defaults for ``--minutes`` (noisy 0.5-1.5x steps, uneven data
+loaders, a validation every epoch where one rank spends 3 s in a batch while the others wait in
+its all_reduce, a checkpoint every epoch that rank 0 spends 4 s building while the others wait in
+its barrier). Counts events (must be 0) and the consensus reports the ranks posted (near misses).
+
+    python bench/bench_consensus.py detect [--ranks 3,8] [--faults stuck_train,stuck_loader,...]
+    python bench/bench_consensus.py soak [--minutes 20] [--ranks 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+JOB = HERE.parent / "tests" / "watchdog" / "jobs" / "train_job.py"
+FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective")
+EXPECTED_CULPRIT = {"stuck_train": 1, "stuck_loader": 2, "skip_collective": 2, "other_collective": 1}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "LIGHTNING_NCCLX",
+                                                                     "MASTER_", "LOCAL_RANK", "RANK", "WORLD_SIZE"))}
+    env.update(PYTHONPATH=str(HERE.parent), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: int) -> dict:
+    dump_dir, marker = work / "dumps", work / "fault-started"
+    culprit = EXPECTED_CULPRIT[fault] if ranks > 2 else ranks - 1
+    argv = [sys.executable, str(JOB), "--fault", fault, "--fault-rank", str(culprit), "--at-batch", str(at_batch),
+            "--batches", str(at_batch + 10), "--devices", str(ranks), "--dump-dir", str(dump_dir),
+            "--strategy", "ddp_ncclx", "--step-sleep", "1.0", "--step-noise", "0.1", "--watchdog-defaults",
+            "--poll-interval", "0.5", "--marker", str(marker)] + ([] if consensus else ["--no-consensus"])
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=900,
+                          start_new_session=True)
+    summary_path = dump_dir / "stall-001" / "summary.json"
+    row = {"ranks": ranks, "fault": fault, "consensus": consensus, "exit": done.returncode,
+           "wall_s": round(time.monotonic() - started, 1)}
+    if not summary_path.exists() or not marker.exists():
+        return {**row, "error": f"no summary (exit {done.returncode}): {done.stderr[-1500:]}"}
+    summary = json.loads(summary_path.read_text())
+    initiator = [json.loads(p.read_text()) for p in summary_path.parent.glob("rank_*.context.json")]
+    detection = next((c.get("detection") for c in initiator if c.get("reason") == "stall"), None) or {}
+    return {**row, "detected_by": detection.get("by"),
+            "summary_after_fault_s": round(summary_path.stat().st_mtime - marker.stat().st_mtime, 2),
+            "culprit_ranks": summary.get("culprit_ranks"), "expected": culprit, "hang_kind": summary.get("hang_kind")}
+
+
+def detect(args: argparse.Namespace) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ncclx-consensus-") as tmp:
+        for ranks in (int(r) for r in args.ranks.split(",")):
+            for fault in args.faults.split(","):
+                for consensus in (True, False):  # side by side, one after the other
+                    work = Path(tmp) / f"{ranks}-{fault}-{consensus}"
+                    work.mkdir()
+                    row = detect_once(work, ranks, fault, consensus, args.at_batch)
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          "steps of 0.9-1.1 s, every watchdog setting at its default")
+    print("\n| ranks | fault | consensus: summary after fault (s) | detector | step threshold only (s) | culprit "
+          "(expected) | hang kind |")
+    print("|---|---|---|---|---|---|---|")
+    for ranks in sorted({r["ranks"] for r in rows}):
+        for fault in args.faults.split(","):
+            on = next((r for r in rows if (r["ranks"], r["fault"], r["consensus"]) == (ranks, fault, True)), {})
+            off = next((r for r in rows if (r["ranks"], r["fault"], r["consensus"]) == (ranks, fault, False)), {})
+            print(f"| {ranks} | {fault} | {on.get('summary_after_fault_s', 'n/a')} | {on.get('detected_by')} | "
+                  f"{off.get('summary_after_fault_s', 'n/a')} | {on.get('culprit_ranks')} / {off.get('culprit_ranks')} "
+                  f"({on.get('expected')}) | {on.get('hang_kind')} |")
+    return rows
+
+
+def soak(args: argparse.Namespace) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="ncclx-soak-") as tmp:
+        work = Path(tmp)
+        argv = [sys.executable, str(JOB), "--fault", "soak", "--fault-rank", "1", "--at-batch", "0",
+                "--devices", str(args.ranks), "--dump-dir", str(work / "dumps"), "--strategy", "ddp_ncclx",
+                "--step-sleep", "1.0", "--step-noise", "0.5", "--watchdog-defaults", "--poll-interval", "0.5",
+                "--max-minutes", str(args.minutes), "--epoch-size", str(args.epoch_size)]
+        started = time.monotonic()
+        done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True,
+                              timeout=args.minutes * 60 + 600, start_new_session=True)
+        events = sorted(p.name for p in (work / "dumps").rglob("*") if p.is_dir()
+                        and p.name.startswith(("stall-", "ondemand-", "exception-")))
+        posts = [int(n) for n in re.findall(r"consensus: (\d+) report\(s\) posted", done.stderr)]
+        batches = re.findall(r"Epoch (\d+)", done.stderr)
+    row = {"ranks": args.ranks, "minutes": round((time.monotonic() - started) / 60, 1), "exit": done.returncode,
+           "events": events, "reports_posted_per_rank": posts,
+           "epochs": max((int(b) for b in batches), default=None), "stall_lines": done.stderr.count("stall:")}
+    print(json.dumps(row))
+    if done.returncode != 0:
+        print(done.stderr[-3000:])
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; {args.ranks} ranks, {row['minutes']} min")
+    return [row]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    d = sub.add_parser("detect")
+    d.add_argument("--ranks", default="3,8")
+    d.add_argument("--faults", default=",".join(FAULTS))
+    d.add_argument("--at-batch", type=int, default=25, help="after the 20-step warm-up of the learned threshold")
+    d.add_argument("--json", type=Path, default=None)
+    s = sub.add_parser("soak")
+    s.add_argument("--minutes", type=float, default=20.0)
+    s.add_argument("--ranks", type=int, default=4)
+    s.add_argument("--epoch-size", type=int, default=120)
+    s.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    rows = detect(args) if args.mode == "detect" else soak(args)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
