@@ -46,7 +46,7 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     dump_dir, marker = work / "dumps", work / "fault-started"
     culprit = EXPECTED_CULPRIT[fault] if ranks > 2 else ranks - 1
     argv = [sys.executable, str(JOB), "--fault", fault, "--fault-rank", str(culprit), "--at-batch", str(at_batch),
-            "--batches", str(at_batch + 10), "--devices", str(ranks), "--dump-dir", str(dump_dir),
+            "--batches", str(at_batch + 10), "--epoch-size", str((at_batch + 12) * ranks), "--devices", str(ranks), "--dump-dir", str(dump_dir),
             "--strategy", "ddp_ncclx", "--step-sleep", "1.0", "--step-noise", "0.1", "--watchdog-defaults",
             "--poll-interval", "0.5", "--marker", str(marker)] + ([] if consensus else ["--no-consensus"])
     started = time.monotonic()

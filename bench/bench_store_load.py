@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 PREFIX = "lightning_ncclx"
 

@@ -250,6 +250,16 @@ class WatchdogConfig:
     gather_through_store: bool = True
     """Copy every rank's dump to the summarizing rank through the job's store, so node-local
     dump folders still give a complete summary."""
+    two_phase_gather_above_ranks: int = 64
+    """In jobs of more ranks, the gather is two-phase: every rank sends a digest (the newest
+    collectives of each group, a few KiB), the summarizing rank diagnoses them and then pulls
+    full dumps only from the culprits and ``two_phase_gather_peers`` others; every other full
+    dump stays on its own host. 0: always two-phase."""
+    two_phase_gather_peers: int = 2
+    """Ranks besides the culprits whose full dumps a two-phase gather pulls (for comparison)."""
+
+    def two_phase_gather(self, world_size: int) -> bool:
+        return self.gather_through_store and world_size > self.two_phase_gather_above_ranks
 
     def __post_init__(self) -> None:
         key = "ncclx.watchdog"
@@ -272,6 +282,8 @@ class WatchdogConfig:
         _check_exit_codes(f"{key}.exit_codes", self.exit_codes)
         _non_negative_int(f"{key}.max_dumps_per_run", self.max_dumps_per_run)
         _non_negative_int(f"{key}.max_on_demand_dumps", self.max_on_demand_dumps)
+        _non_negative_int(f"{key}.two_phase_gather_above_ranks", self.two_phase_gather_above_ranks)
+        _non_negative_int(f"{key}.two_phase_gather_peers", self.two_phase_gather_peers)
         if self.on_demand_file is not None:
             _require(
                 isinstance(self.on_demand_file, str) and bool(self.on_demand_file)

@@ -239,6 +239,11 @@ def analyze(loaded: LoadedFolder) -> Summary:
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")
     notes.extend(loaded.warnings)
+    if loaded.digest_only_ranks:
+        full = sorted(set(seen) - set(loaded.digest_only_ranks))
+        notes.append(f"full dumps of rank(s) {_ranks(tuple(full))}; digests only of rank(s) "
+                     f"{_ranks(loaded.digest_only_ranks)} (their newest collectives of each group: their full dumps "
+                     "stay on their hosts)")
     head = findings[0] if findings else None
     summary = Summary(
         source=loaded.root, verdict=head.kind if head else Verdict.NO_HANG,

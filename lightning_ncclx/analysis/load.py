@@ -22,7 +22,7 @@ from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
@@ -223,10 +223,11 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     read = _adopt_lone_backend([r for r in results if isinstance(r, RankTrace)])
     traces, duplicates = _dedupe(read)
     warnings = tuple(_rank_disagreements(read, found.traces))
-    gone, silent = read_collection(roots[0])
+    gone, silent, digest_only = read_collection(roots[0])
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
                         _locations(traces, contexts, roots[0]), gone, silent, activities,
-                        tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings)
+                        tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings,
+                        digest_only_ranks=digest_only)
 
 
 def _rank_disagreements(read: list[RankTrace], candidates: Sequence[Candidate]) -> list[str]:
@@ -269,28 +270,32 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict]]:
-    """What the watchdog knew about the ranks without a dump when it collected this event
-    (``collection.json``): ranks whose process had exited, and ranks alive but silent
-    (rank -> ``{"pid", "host", "state"}``). Empty without that file or when it does not parse."""
+def _rank_list(raw: Any) -> tuple[int, ...]:
+    return tuple(sorted({r for r in raw if isinstance(r, int) and not isinstance(r, bool) and r >= 0})) \
+        if isinstance(raw, list) else ()
+
+
+def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict], tuple[int, ...]]:
+    """What the watchdog knew about the ranks when it collected this event (``collection.json``):
+    ranks whose process had exited, ranks alive but silent (rank -> ``{"pid", "host", "state"}``),
+    and ranks it holds only a digest of (two-phase gather). Empty without that file or when it
+    does not parse."""
     path = root / COLLECTION_FILE
     if not os.path.lexists(path):
-        return (), {}
+        return (), {}, ()
     try:
         data = json.loads(read_regular(path, MAX_SIDE_FILE_BYTES, "collection file"))
     except (DumpReadError, ValueError, RecursionError):
-        return (), {}
+        return (), {}, ()
     if not isinstance(data, dict):
-        return (), {}
-    gone_raw = data.get("gone_ranks")
-    gone = tuple(sorted({r for r in gone_raw if isinstance(r, int) and not isinstance(r, bool) and r >= 0})) \
-        if isinstance(gone_raw, list) else ()
+        return (), {}, ()
+    gone = _rank_list(data.get("gone_ranks"))
     silent: dict[int, dict] = {}
     silent_raw = data.get("silent_ranks")
     for key, proc in (silent_raw.items() if isinstance(silent_raw, dict) else ()):
         if str(key).isdigit() and isinstance(proc, dict):
             silent[int(key)] = {k: proc.get(k) for k in ("pid", "host", "state")}
-    return gone, silent
+    return gone, silent, _rank_list(data.get("digest_only_ranks"))
 
 
 def _adopt_lone_backend(traces: list[RankTrace]) -> list[RankTrace]:

@@ -219,6 +219,8 @@ class LoadedFolder:
     duplicates: tuple[Duplicate, ...] = ()
     warnings: tuple[str, ...] = ()
     """Things the loader noticed (a rank in a name that the content contradicts)."""
+    digest_only_ranks: tuple[int, ...] = ()
+    """Ranks read from a digest (two-phase gather): their newest collectives per group only."""
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,14 @@ def first_site_split(tracks: Mapping[int, GroupTrack], last_common: int) -> int 
     return None
 
 
+def _deep_histories(tracks: Mapping[int, GroupTrack]) -> dict[int, GroupTrack]:
+    """The tracks whose history reaches back about as far as the deepest one's (a digest of a
+    two-phase gather, or a much smaller ring buffer, keeps only the newest few collectives)."""
+    longest = max(len(t.seqs) for t in tracks.values())
+    oldest = min(t.oldest_seq for t in tracks.values())
+    return {r: t for r, t in tracks.items() if t.oldest_seq <= oldest + max(1, longest // 4)}
+
+
 def extra_or_skipped(tracks: Mapping[int, GroupTrack], behind: tuple[int, ...], ahead: tuple[int, ...],
                      last_common: int) -> tuple[str, int, str, str] | None:
     """Who left the group's common order when ranks ``ahead`` hold more collectives than ranks
@@ -142,13 +150,19 @@ def extra_or_skipped(tracks: Mapping[int, GroupTrack], behind: tuple[int, ...], 
     did not (their call breaks the period of their own earlier calls, the others' keeps it),
     ``("skipped", seq, why, "high")`` the other way round. Without a period, a minority ahead whose
     call site alone differs there is ``"extra"`` with confidence ``medium``. Ranks without call
-    sites (JSON dumps, stack traces off) are left out of the comparison; it needs at least one rank
-    ahead and one behind with them. None when the dumps cannot tell."""
+    sites (JSON dumps, stack traces off), and where enough others remain, ranks that kept far
+    fewer collectives (digests), are left out of the comparison; it needs at least one rank ahead
+    and one behind with them. None when the dumps cannot tell."""
     sited = {r: t for r, t in tracks.items() if any(t.callsite_tail)}
     ahead_s = tuple(r for r in ahead if r in sited)
     behind_s = tuple(r for r in behind if r in sited)
     if not ahead_s or not behind_s:
         return None
+    deep = _deep_histories(sited)  # a digest's few newest collectives have no say on the period
+    if any(r in deep for r in ahead_s) and any(r in deep for r in behind_s):
+        sited = deep
+        ahead_s = tuple(r for r in ahead_s if r in deep)
+        behind_s = tuple(r for r in behind_s if r in deep)
     seq = first_site_split(sited, last_common)
     if seq is None:
         return None

@@ -12,7 +12,13 @@ Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d stor
 ``ev/<n>/rank/<r>``
     JSON ``{"host", "files", "folder"}`` of rank ``r``'s dump.
 ``ev/<n>/blob/<r>``
-    Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``).
+    Rank ``r``'s dump files as a gzip'd tar (only with ``gather_through_store``; in a two-phase
+    gather only once the initiator asked for them in ``want``).
+``ev/<n>/digest/<r>``
+    Two-phase gather: rank ``r``'s digest (:mod:`digest`), a gzip'd tar like the blob.
+``ev/<n>/want``
+    Two-phase gather: JSON list of the ranks whose full dumps the initiator asks for, after it
+    diagnosed the digests (every other rank's full dump stays on its own disk).
 ``ev/<n>/done``
     JSON ``{"exit": true, "code": int, "kind": str, "advice": {...}}``, set by the initiator once the summary is written, only
     when the job is to end (the other ranks wait for it, then leave).
@@ -114,6 +120,18 @@ def pack_files(files: list[Path]) -> bytes:
     return buffer.getvalue()
 
 
+def pack_named(files: dict[str, bytes]) -> bytes:
+    """Like :func:`pack_files`, from names and contents (a digest that is never written here)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=9) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 def unpack_files(blob: bytes, folder: Path, skip: Callable[[str], bool] = lambda name: False) -> list[Path]:
     """Extract the regular files of a packed dump into ``folder`` (plain names only)."""
     written: list[Path] = []
@@ -188,27 +206,65 @@ class EventCoordinator:
         """True once the initiator has written the summary and cleared the event's keys."""
         return _is_closed(self._get_if_present(f"ev/{event.number}/meta"))
 
-    def announce_dumped(self, event: EventInfo, host: str, files: list[Path], folder: Path, upload: bool) -> None:
-        """Tell the initiator where this rank's dump is (and send it, with ``upload``). A rank that
-        dumps after the summary was written keeps its dump on disk and adds no keys."""
+    def announce_dumped(self, event: EventInfo, host: str, files: list[Path], folder: Path, upload: bool,
+                        digest: dict[str, bytes] | None = None) -> None:
+        """Tell the initiator where this rank's dump is (and send it, with ``upload``: the whole
+        dump, or only ``digest`` in a two-phase gather). A rank that dumps after the summary was
+        written keeps its dump on disk and adds no keys."""
         if event.initiator != self.rank and self.is_closed(event):
             log.info("[rank %d] %s is already summarized: this rank's dump stays in %s", self.rank, event.name, folder)
             return
-        if upload and files:
+        if upload and digest is not None:
             try:
-                blob = pack_files(files)
-                if len(blob) > MAX_BLOB_BYTES:
-                    log.warning("[rank %d] dump of %s is %d bytes: not sent through the store", self.rank,
-                                event.name, len(blob))
-                else:
-                    self.store.set(f"ev/{event.number}/blob/{self.rank}", blob)
+                self.store.set(f"ev/{event.number}/digest/{self.rank}", pack_named(digest))
             except Exception:  # noqa: BLE001
-                log.warning("[rank %d] sending the dump through the store failed", self.rank, exc_info=True)
+                log.warning("[rank %d] sending the digest through the store failed", self.rank, exc_info=True)
+        elif upload and files:
+            self.upload_full(event, files)
         meta = {"host": host, "files": [p.name for p in files], "folder": str(folder)}
         self.store.set(f"ev/{event.number}/rank/{self.rank}", json.dumps(meta))
         self.store.add(f"ev/{event.number}/dumped", 1)
         if event.initiator != self.rank and self.is_closed(event):  # closed while we announced
             self._delete(self._rank_keys(event, self.rank))
+
+    def upload_full(self, event: EventInfo, files: list[Path]) -> None:
+        try:
+            blob = pack_files(files)
+            if len(blob) > MAX_BLOB_BYTES:
+                log.warning("[rank %d] dump of %s is %d bytes: not sent through the store", self.rank,
+                            event.name, len(blob))
+            else:
+                self.store.set(f"ev/{event.number}/blob/{self.rank}", blob)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] sending the dump through the store failed", self.rank, exc_info=True)
+
+    def request_full_dumps(self, event: EventInfo, ranks: list[int]) -> None:
+        """Initiator, two-phase gather: ask these ranks for their whole dumps."""
+        self.store.set(f"ev/{event.number}/want", json.dumps(sorted(ranks)))
+
+    def serve_full_dump(self, event: EventInfo, files: list[Path], timeout_seconds: float,
+                        poll_seconds: float = 0.2) -> bool:
+        """Any other rank, two-phase gather: wait until the initiator says which full dumps it
+        wants (or closes the event) and send this rank's if asked; True when it was sent."""
+        deadline = self._clock() + timeout_seconds
+        while self._clock() < deadline:
+            raw = self._get_if_present(f"ev/{event.number}/want")
+            if raw is not None:
+                try:
+                    wanted = {int(r) for r in json.loads(raw)}
+                except (ValueError, TypeError):
+                    return False
+                if self.rank in wanted and files:
+                    self.upload_full(event, files)
+                    return True
+                return False
+            if self.is_closed(event):
+                return False
+            self._sleep(poll_seconds)
+        return False
+
+    def fetch_digest(self, event: EventInfo, rank: int) -> bytes | None:
+        return self._get_if_present(f"ev/{event.number}/digest/{rank}")
 
     def dumped_count(self, event: EventInfo) -> int:
         return int(self.store.add(f"ev/{event.number}/dumped", 0))
@@ -299,7 +355,7 @@ class EventCoordinator:
 
     # ------------------------------------------------------------------ the end of an event
     def _rank_keys(self, event: EventInfo, rank: int) -> list[str]:
-        return [f"ev/{event.number}/rank/{rank}", f"ev/{event.number}/blob/{rank}"]
+        return [f"ev/{event.number}/rank/{rank}", f"ev/{event.number}/blob/{rank}", f"ev/{event.number}/digest/{rank}"]
 
     def _delete(self, keys: list[str]) -> None:
         for key in keys:
@@ -312,7 +368,7 @@ class EventCoordinator:
         """Initiator, once the summary is written: mark the event closed, then delete its keys
         (the dumps are on disk now; blobs are the store host's biggest memory)."""
         self.store.set(f"ev/{event.number}/meta", event.to_json(closed=True))
-        keys = [f"ev/{event.number}/dumped", f"ev/{event.number}/gone"]
+        keys = [f"ev/{event.number}/dumped", f"ev/{event.number}/gone", f"ev/{event.number}/want"]
         for rank in range(self.world_size):
             keys += self._rank_keys(event, rank)
         self._delete(keys)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lightning_ncclx.layout import RUN_ID_VARIABLE, run_id_from_environment
+from lightning_ncclx.layout import run_id_from_environment
 
 DUMPS_FOLDER_NAME = "ncclx_dumps"
 TORCH_DUMPS_SUBFOLDER = "torch"

@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, unpack_files
+from lightning_ncclx.dump.digest import known_members, restore_members
 from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top
 from lightning_ncclx.files import atomic_write_bytes, atomic_write_text
-from lightning_ncclx.layout import COLLECTION_FILE, CONTEXT_SUFFIX, GATHERED_FOLDER, NATIVE_STACKS_SUFFIX, native_stacks_path, rank_file, rank_prefix
+from lightning_ncclx.layout import (
+    COLLECTION_FILE, CONTEXT_SUFFIX, GATHERED_FOLDER, NATIVE_STACKS_SUFFIX, TRACE_SUFFIX, native_stacks_path, rank_file,
+    rank_prefix,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,11 @@ class CollectionResult:
     (the ``/proc`` state letter)."""
     gathered: dict[int, str] = field(default_factory=dict)
     """Rank -> folder its files were written to after being pulled through the store."""
+    gather: str = "none"
+    """``full`` (every dump through the store), ``two_phase`` (digests, then the culprits' full
+    dumps) or ``none``."""
+    digest_only_ranks: list[int] = field(default_factory=list)
+    """Two-phase gather: ranks summarized from their digest (their full dump stays on their host)."""
     verdict: str | None = None
     culprit_ranks: list[int] = field(default_factory=list)
     hang_kind: str | None = None
@@ -66,14 +75,138 @@ def gather_missing(coordinator: EventCoordinator, event: EventInfo, folder: Path
                 log.warning("[rank %d] rank %d's dump of %s is neither on this disk nor in the store",
                             coordinator.rank, rank, event.name)
                 continue
-            host = str(meta.get("host") or "unknown-host").replace("/", "_") or "unknown-host"
-            target = folder / GATHERED_FOLDER / host
+            target = folder / GATHERED_FOLDER / _host_folder(meta)
             unpack_files(blob, target)
             gathered[rank] = str(target)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] pulling rank %d's dump through the store failed", coordinator.rank, rank,
                         exc_info=True)
     return gathered
+
+
+def _own_traces(folder: Path, rank: int) -> list[dict]:
+    from lightning_ncclx.analysis.safe_pickle import safe_loads
+
+    traces = []
+    for path in folder.glob(f"{rank_prefix(rank)}.*.{TRACE_SUFFIX}"):
+        try:
+            traces.append(safe_loads(path.read_bytes()))
+        except Exception:  # noqa: BLE001
+            log.debug("reading %s for group members failed", path, exc_info=True)
+    return traces
+
+
+def _restore_digest_members(paths: list[Path], known: dict[str, str]) -> None:
+    import pickle
+
+    from lightning_ncclx.analysis.safe_pickle import safe_loads
+
+    for path in paths:
+        if not path.name.endswith(TRACE_SUFFIX):
+            continue
+        try:
+            atomic_write_bytes(path, pickle.dumps(restore_members(safe_loads(path.read_bytes()), known)))
+        except Exception:  # noqa: BLE001 - the analyzer then takes the members from other dumps
+            log.warning("restoring the group members of digest %s failed", path, exc_info=True)
+
+
+def gather_digests(coordinator: EventCoordinator, event: EventInfo, folder: Path,
+                   announced: dict[int, dict]) -> tuple[dict[int, str], list[int]]:
+    """Two-phase gather, first phase: the digests of the dumps that are not in ``folder``, into
+    ``folder/ranks/<host>/``; returns (rank -> folder, ranks read from a digest)."""
+    gathered: dict[int, str] = {}
+    digests: list[int] = []
+    known = known_members(_own_traces(folder, coordinator.rank))
+    for rank, meta in sorted(announced.items()):
+        if _has_local_copy(folder, rank, list(meta.get("files", []))):
+            continue
+        try:
+            blob = coordinator.fetch_digest(event, rank)
+            if blob is None:
+                log.warning("[rank %d] rank %d's digest of %s is not in the store", coordinator.rank, rank, event.name)
+                continue
+            target = folder / GATHERED_FOLDER / _host_folder(meta)
+            _restore_digest_members(unpack_files(blob, target), known)
+            gathered[rank] = str(target)
+            digests.append(rank)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] reading rank %d's digest failed", coordinator.rank, rank, exc_info=True)
+    return gathered, digests
+
+
+def _host_folder(meta: dict) -> str:
+    return str(meta.get("host") or "unknown-host").replace("/", "_") or "unknown-host"
+
+
+MAX_FULL_DUMPS_PULLED = 64
+
+
+def _ranks_to_pull(summary: object | None, digests: list[int], peers: int) -> list[int]:
+    """Of the ranks read from a digest: the smaller side of the first diagnosis (its culprits, or
+    its waiting ranks where those are fewer: one rank that ran ahead leaves all others "never
+    entered"), at most ``MAX_FULL_DUMPS_PULLED``, and up to ``peers`` of the other side."""
+    have = set(digests)
+    culprits = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
+    waiting = [int(r) for r in getattr(summary, "waiting_ranks", ()) or ()]
+    small, large = (waiting, culprits) if waiting and len(waiting) < len(culprits) else (culprits, waiting)
+    chosen = [r for r in small if r in have][:MAX_FULL_DUMPS_PULLED]
+    others = [r for r in dict.fromkeys(large + sorted(digests)) if r in have and r not in chosen]
+    return sorted(chosen + others[:peers])
+
+
+def _two_phase_gather(coordinator: EventCoordinator, event: EventInfo, folder: Path, announced: dict[int, dict],
+                      result: CollectionResult, timeout_seconds: float, peers: int) -> None:
+    rank = coordinator.rank
+    result.gathered, digests = gather_digests(coordinator, event, folder, announced)
+    want: list[int] = []
+    if digests:
+        first = _first_diagnosis(folder, tuple(sorted({Path(p) for p in result.gathered.values()})), rank)
+        want = _ranks_to_pull(first, digests, peers)
+    try:
+        coordinator.request_full_dumps(event, want)  # also when empty: the others stop waiting for it
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] asking for the full dumps of %s failed", rank, want, exc_info=True)
+        want = []
+    pulled = _pull_full_dumps(coordinator, event, folder, announced, want, timeout_seconds)
+    result.digest_only_ranks = [r for r in digests if r not in pulled]
+    log.info("[rank %d] %s: two-phase gather: full dumps pulled from rank(s) %s, digests only from %d rank(s)",
+             rank, event.name, pulled, len(result.digest_only_ranks))
+
+
+def _first_diagnosis(folder: Path, extra_roots: tuple[Path, ...], rank: int) -> object | None:
+    try:
+        from lightning_ncclx.analysis import analyze_folder
+
+        return analyze_folder(folder, extra_roots=extra_roots)
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] diagnosing the digests failed", rank, exc_info=True)
+        return None
+
+
+def _pull_full_dumps(coordinator: EventCoordinator, event: EventInfo, folder: Path, announced: dict[int, dict],
+                     want: list[int], timeout_seconds: float, poll_seconds: float = 0.1) -> list[int]:
+    """Wait for the wanted ranks' full dumps (up to ``timeout_seconds``) and write each over its digest."""
+    pulled: list[int] = []
+    pending = list(want)
+    deadline = coordinator._clock() + timeout_seconds
+    while pending:
+        for r in list(pending):
+            try:
+                blob = coordinator.fetch_blob(event, r)
+                if blob is None:
+                    continue
+                unpack_files(blob, folder / GATHERED_FOLDER / _host_folder(announced.get(r, {})))
+                pulled.append(r)
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] pulling rank %d's full dump failed", coordinator.rank, r, exc_info=True)
+            pending.remove(r)
+        if not pending or coordinator._clock() >= deadline:
+            break
+        coordinator._sleep(poll_seconds)
+    if pending:
+        log.warning("[rank %d] %s: no full dump from rank(s) %s within %.0f s: their digests are used",
+                    coordinator.rank, event.name, pending, timeout_seconds)
+    return sorted(pulled)
 
 
 def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int) -> tuple[Any | None, dict[str, str], str | None]:
@@ -103,7 +236,8 @@ def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int) -> tupl
 
 
 def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folder: Path, *,
-                          collect_timeout_seconds: float, gather_through_store: bool) -> CollectionResult:
+                          collect_timeout_seconds: float, gather_through_store: bool, two_phase: bool = False,
+                          two_phase_peers: int = 2) -> CollectionResult:
     """Everything the initiator does after writing its own dump. Never raises."""
     rank = coordinator.rank
     try:
@@ -130,7 +264,11 @@ def collect_and_summarize(coordinator: EventCoordinator, event: EventInfo, folde
                                for r, (info, state) in sorted(silent.items())}
         for r, proc in result.silent_ranks.items():
             proc.update(_native_stacks_of(folder, r))
-    if gather_through_store:
+    if gather_through_store and two_phase:
+        result.gather = "two_phase"
+        _two_phase_gather(coordinator, event, folder, announced, result, collect_timeout_seconds, two_phase_peers)
+    elif gather_through_store:
+        result.gather = "full"
         result.gathered = gather_missing(coordinator, event, folder, announced)
     waited_for = [r for r in result.missing_ranks if r not in result.gone_ranks]
     for r, proc in result.silent_ranks.items():
@@ -187,6 +325,8 @@ def _write_collection(result: CollectionResult) -> None:
         "gone_ranks": result.gone_ranks,
         "silent_ranks": {str(r): v for r, v in result.silent_ranks.items()},
         "gathered": {str(k): v for k, v in result.gathered.items()},
+        "gather": result.gather,
+        "digest_only_ranks": result.digest_only_ranks,
         "verdict": result.verdict,
         "culprit_ranks": result.culprit_ranks,
         "hang_kind": result.hang_kind,

@@ -1,4 +1,4 @@
-"""``lightning-ncclx history PATH...``: every incident under the paths (many runs), tallied by
+"""The incidents (summary.json) under many runs, tallied by
 hang kind, culprit host, rank and call site; a host behind several recent incidents is flagged
 and listed for SLURM's ``--exclude``.
 
@@ -13,15 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_OK
-from lightning_ncclx.exit_status import EXIT_FINDING as EXIT_FOUND
 PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "teardown", "no_hang"})
 """Kinds that do not indict a host: the program (or nothing) was at fault wherever it ran."""
 MAX_FOLDERS = 100_000
@@ -155,52 +152,3 @@ def tally(incidents: list[Incident], last: int, min_count: int) -> dict[str, Any
         "recurring": recurring,
         "exclude": [r["host"] for r in recurring if r["exclude"]],
     }
-
-
-def run_history(paths: list[Path], fmt: str = "text", last: int = 20, min_count: int = 2,
-                out: Any = None) -> int:
-    """Print the history; exit 0 nothing recurs, 1 a host recurs (``exclude`` not empty), 2 no incident."""
-    out = out or sys.stdout
-    incidents, problems = find_incidents(paths)
-    for p in problems:
-        print(f"lightning-ncclx history: skipped {p}", file=sys.stderr)
-    if not incidents:
-        print(f"lightning-ncclx history: no incident (summary.json) under {', '.join(map(str, paths))}",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    result = tally(incidents, last, min_count)
-    if fmt == "json":
-        result["list"] = [asdict(i) for i in incidents]
-        out.write(json.dumps(result, indent=2) + "\n")
-    else:
-        _print_tables(incidents, result, last, out)
-    return EXIT_FOUND if result["exclude"] else EXIT_OK
-
-
-def _print_tables(incidents: list[Incident], result: dict[str, Any], last: int, out: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=out, highlight=False, width=max(100, Console(file=out).width), soft_wrap=False)
-    table = Table(title=f"{len(incidents)} incident(s) in {result['runs']} run(s), oldest first"
-                        + (f" (last {last} shown)" if 0 < last < len(incidents) else ""))
-    for name in ("time", "run / job", "event", "kind", "culprit", "host", "call site"):
-        table.add_column(name, overflow="fold")
-    for i in incidents[-last:] if last > 0 else incidents:
-        run = " / ".join(x for x in (i.run_id, i.job_id) if x) or "-"
-        table.add_row(i.time or "-", run, i.event, i.kind, ", ".join(map(str, i.culprit_ranks)) or "-",
-                      ", ".join(i.culprit_hosts) or "-", i.call_site or "-")
-    console.print(table)
-    console.print("by kind: " + ", ".join(f"{k} {n}" for k, n in result["by_kind"].items()))
-    for name, key in (("host", "by_host"), ("rank", "by_rank")):
-        if result[key]:
-            console.print(f"by culprit {name}: " + ", ".join(f"{k} {n}" for k, n in list(result[key].items())[:8]))
-    if result["by_call_site"]:
-        console.print("program errors by call site: " + "; ".join(f"{s} ({n})" for s, n in
-                                                                   list(result["by_call_site"].items())[:5]))
-    for r in result["recurring"]:
-        console.print(("[bold red]RECURRING[/] " if r["exclude"] else "recurring ") + r["message"])
-    if result["exclude"]:
-        console.print(f"exclude: {','.join(result['exclude'])}   (sbatch --exclude={','.join(result['exclude'])})")
-    else:
-        console.print("exclude: none (no host behind repeated incidents of a host-related kind)")

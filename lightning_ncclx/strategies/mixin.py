@@ -26,7 +26,8 @@ from lightning_ncclx.backend.resolve import (
 )
 from lightning_ncclx.backend.timeouts import TimeoutSchedule, apply_timeout_to_all_groups
 from lightning_ncclx.config import NcclxConfig, ncclx_config_from
-from lightning_ncclx.dump.location import RUN_ID_VARIABLE, plugin_named_folders, resolve_dump_dir, torch_dump_prefix
+from lightning_ncclx.dump.location import plugin_named_folders, resolve_dump_dir, torch_dump_prefix
+from lightning_ncclx.layout import RUN_ID_VARIABLE
 from lightning_ncclx.strategies.arguments import fold_lightning_arguments
 from lightning_ncclx.strategies.run_scope import RunScope, exported, next_trainer
 

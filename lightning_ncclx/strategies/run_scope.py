@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
-from lightning_ncclx.dump.location import run_id_from_environment
+from lightning_ncclx.layout import run_id_from_environment
 from lightning_ncclx.errors import ConfigError
 
 # The process's base run id (set by the first Trainer that needs one) and how many Trainers have

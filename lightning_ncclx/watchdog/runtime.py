@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from lightning_ncclx.config import StallAction, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_job_store
+from lightning_ncclx.dump.digest import digest_files
 from lightning_ncclx.dump.liveness import this_process
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summarize
@@ -284,8 +285,11 @@ class WatchdogRuntime:
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] writing stragglers.json into %s failed", self.rank, folder, exc_info=True)
         self.events_taken_part += 1
+        two_phase = self.config.two_phase_gather(self.world_size)
         try:
-            self.coordinator.announce_dumped(event, host_name(), files, folder, self.config.gather_through_store)
+            digest = digest_files(files) if two_phase and not initiator else None
+            self.coordinator.announce_dumped(event, host_name(), files, folder, self.config.gather_through_store,
+                                             digest=digest)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] announcing the dump through the store failed", self.rank, exc_info=True)
         try:
@@ -300,6 +304,13 @@ class WatchdogRuntime:
                 self.on_dumped(event.reason)
             except Exception:  # noqa: BLE001
                 log.warning("[rank %d] recording %s in the loggers failed", self.rank, event.name, exc_info=True)
+        if two_phase and not initiator:
+            try:
+                if self.coordinator.serve_full_dump(event, files, self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS):
+                    log.info("[rank %d] %s: the summarizing rank asked for this rank's full dump: sent", self.rank,
+                             event.name)
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] sending the full dump on request failed", self.rank, exc_info=True)
         exit_job = event.reason in ("stall", "exception") and self.config.on_stall is StallAction.dump_and_exit
         result = None
         exit_code = self.config.exit_code
@@ -342,6 +353,7 @@ class WatchdogRuntime:
             self.coordinator, event, folder,
             collect_timeout_seconds=self.config.collect_timeout_seconds,
             gather_through_store=self.config.gather_through_store,
+            two_phase=self.config.two_phase_gather(self.world_size), two_phase_peers=self.config.two_phase_gather_peers,
         )
         self.results.append(result)
         self._report_kind(event, result.hang_kind, result.restart_advice)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_ncclx.dump.location import RUN_ID_VARIABLE, resolve_dump_dir, run_id_from_environment, torch_dump_prefix
+from lightning_ncclx.dump.location import resolve_dump_dir, torch_dump_prefix
+from lightning_ncclx.layout import RUN_ID_VARIABLE, run_id_from_environment
 
 
 def test_configured_folder_expands_each_ranks_own_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from support import contexts  # noqa: F401 - shared with the other multi-process tests
 

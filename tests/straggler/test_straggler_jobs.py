@@ -27,11 +27,11 @@ def _one_incident(result, rank: int, part: str, within_intervals: int | None = 2
 
 
 def test_rank_with_slow_compute_is_named_within_two_intervals(tmp_path: Path) -> None:
-    # 50% more sleep in training_step on rank 2; detection attached by ddp_ncclx itself. At 30% the
-    # score came out 1.17 on a quiet machine and 1.23-1.27 on a loaded one: too near the 1.2
-    # threshold to be named every time (the work every rank shares dilutes the ratio)
+    # 30% more sleep in training_step on rank 2 (the case); detection attached by ddp_ncclx
+    # itself. The whole work scored 1.17 on a quiet machine (the work every rank shares dilutes
+    # the 1.3); forward, most of the work, is scored alone too
     result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "2", "--attach", "strategy",
-                     "--step-ms", "200", "--slow-fraction", "0.5")
+                     "--step-ms", "200", "--slow-fraction", "0.3")
     incident = _one_incident(result, 2, "forward")
     assert "forward 1." in incident["message"] and "data fetch, optimizer normal" in incident["message"]
     rows = result.metrics_rows()

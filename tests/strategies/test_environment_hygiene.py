@@ -13,7 +13,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_ncclx  # noqa: F401  - registers the strategy names
-from lightning_ncclx.dump.location import RUN_ID_VARIABLE
+from lightning_ncclx.layout import RUN_ID_VARIABLE
 
 
 class TinyModel(LightningModule):

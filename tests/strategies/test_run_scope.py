@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_ncclx.dump.location import RUN_ID_VARIABLE
+from lightning_ncclx.layout import RUN_ID_VARIABLE
 from lightning_ncclx.errors import ConfigError
 from lightning_ncclx.strategies import run_scope
 from lightning_ncclx.strategies.run_scope import RunScope, exported, next_run_id

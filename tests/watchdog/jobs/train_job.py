@@ -67,6 +67,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--on-stall", default="dump_and_exit")
     p.add_argument("--node-local", action="store_true", help="a separate dump folder per rank")
     p.add_argument("--no-gather", action="store_true")
+    p.add_argument("--two-phase", action="store_true", help="two-phase gather at any size (digests, then full dumps)")
     p.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --dump-dir/logs")
     p.add_argument("--then-validate", action="store_true", help="run trainer.validate after fit (same process group)")
     p.add_argument("--no-auto", action="store_true", help="no learned step threshold: train_step_seconds only")
@@ -218,6 +219,7 @@ def main() -> int:
         poll_interval_seconds=args.poll_interval, first_step_seconds=max(10.0, step) + 0.01 * args.prefill, train_step_seconds=step,
         validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
+        two_phase_gather_above_ranks=0 if args.two_phase else WatchdogConfig().two_phase_gather_above_ranks,
         auto=AutoThresholdConfig(enabled=not args.no_auto, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
         consensus=ConsensusConfig(enabled=not args.no_consensus, warmup_steps=args.consensus_warmup,
                                   min_wait_seconds=args.consensus_min_wait),

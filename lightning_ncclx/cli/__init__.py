@@ -1,5 +1,6 @@
 """The ``lightning-ncclx`` command: ``summarize`` a folder of dumps, ``history`` of incidents
-across runs, ``doctor`` the set-up.
+across runs, ``doctor`` the set-up. One module per command (``cli/summarize.py``,
+``cli/history.py``, ``cli/doctor.py``), each imported only when its command runs.
 
 Exit codes: 0 all is well (no hang found / set-up sound), 1 a finding (a hang was diagnosed /
 the set-up is broken), 2 bad input (unreadable path, wrong arguments).
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK  # noqa: F401 - the CLI's contract
-from lightning_ncclx.report.summarize_command import SUMMARY_FORMATS
+from lightning_ncclx.cli.summarize import SUMMARY_FORMATS
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -76,20 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "summarize":
-        from lightning_ncclx.report.summarize_command import run_summarize
+        from lightning_ncclx.cli.summarize import run_summarize
 
         return run_summarize(args.path, fmt=args.format, output=args.output)
     if args.command == "history":
-        from lightning_ncclx.report.history import run_history
+        from lightning_ncclx.cli.history import run_history
 
         return run_history(args.paths, fmt=args.format, last=args.last, min_count=args.min_count)
     if args.command == "doctor":
-        from lightning_ncclx.backend.doctor import run_doctor
+        from lightning_ncclx.cli.doctor import run_doctor
 
         return run_doctor(as_json=args.json)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse enforces choices
     return EXIT_BAD_INPUT
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

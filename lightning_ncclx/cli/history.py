@@ -1,0 +1,63 @@
+"""``lightning-ncclx history PATH...``: every incident under the paths, tallied (see
+:mod:`lightning_ncclx.report.history`); exit 0 nothing recurs, 1 a host recurs, 2 no incident."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_OK
+from lightning_ncclx.exit_status import EXIT_FINDING as EXIT_FOUND
+from lightning_ncclx.report.history import Incident, find_incidents, tally
+
+
+def run_history(paths: list[Path], fmt: str = "text", last: int = 20, min_count: int = 2,
+                out: Any = None) -> int:
+    """Print the history; exit 0 nothing recurs, 1 a host recurs (``exclude`` not empty), 2 no incident."""
+    out = out or sys.stdout
+    incidents, problems = find_incidents(paths)
+    for p in problems:
+        print(f"lightning-ncclx history: skipped {p}", file=sys.stderr)
+    if not incidents:
+        print(f"lightning-ncclx history: no incident (summary.json) under {', '.join(map(str, paths))}",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = tally(incidents, last, min_count)
+    if fmt == "json":
+        result["list"] = [asdict(i) for i in incidents]
+        out.write(json.dumps(result, indent=2) + "\n")
+    else:
+        _print_tables(incidents, result, last, out)
+    return EXIT_FOUND if result["exclude"] else EXIT_OK
+
+
+def _print_tables(incidents: list[Incident], result: dict[str, Any], last: int, out: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, highlight=False, width=max(100, Console(file=out).width), soft_wrap=False)
+    table = Table(title=f"{len(incidents)} incident(s) in {result['runs']} run(s), oldest first"
+                        + (f" (last {last} shown)" if 0 < last < len(incidents) else ""))
+    for name in ("time", "run / job", "event", "kind", "culprit", "host", "call site"):
+        table.add_column(name, overflow="fold")
+    for i in incidents[-last:] if last > 0 else incidents:
+        run = " / ".join(x for x in (i.run_id, i.job_id) if x) or "-"
+        table.add_row(i.time or "-", run, i.event, i.kind, ", ".join(map(str, i.culprit_ranks)) or "-",
+                      ", ".join(i.culprit_hosts) or "-", i.call_site or "-")
+    console.print(table)
+    console.print("by kind: " + ", ".join(f"{k} {n}" for k, n in result["by_kind"].items()))
+    for name, key in (("host", "by_host"), ("rank", "by_rank")):
+        if result[key]:
+            console.print(f"by culprit {name}: " + ", ".join(f"{k} {n}" for k, n in list(result[key].items())[:8]))
+    if result["by_call_site"]:
+        console.print("program errors by call site: " + "; ".join(f"{s} ({n})" for s, n in
+                                                                   list(result["by_call_site"].items())[:5]))
+    for r in result["recurring"]:
+        console.print(("[bold red]RECURRING[/] " if r["exclude"] else "recurring ") + r["message"])
+    if result["exclude"]:
+        console.print(f"exclude: {','.join(result['exclude'])}   (sbatch --exclude={','.join(result['exclude'])})")
+    else:
+        console.print("exclude: none (no host behind repeated incidents of a host-related kind)")

@@ -1,0 +1,61 @@
+"""A two-phase gather keeps the verdict: real gloo dumps where every rank but the summarizing one
+is first read from its digest, then only the smaller side of the first diagnosis (its culprits,
+or the ranks waiting for them where fewer) is replaced by full dumps, no peers (``dump/summarize.py``
+does this through the store, with two peers more by default)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lightning_ncclx.analysis import analyze_folder
+from lightning_ncclx.dump.digest import digest_files, known_members, restore_members
+from lightning_ncclx.dump.summarize import _ranks_to_pull
+from lightning_ncclx.layout import COLLECTION_FILE, rank_prefix
+
+SCENARIOS = ["skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra", "healthy"]
+SUMMARIZER = 0
+
+
+def _files(folder: Path, rank: int) -> list[Path]:
+    return sorted(folder.glob(f"{rank_prefix(rank)}.*"))
+
+
+def _write_digest(src: Path, dst: Path, rank: int) -> None:
+    from lightning_ncclx.analysis.safe_pickle import safe_loads
+
+    own = [safe_loads(p.read_bytes()) for p in _files(dst, SUMMARIZER) if p.name.endswith(".fr.pkl")]
+    for name, data in digest_files(_files(src, rank)).items():
+        if name.endswith(".fr.pkl"):
+            import pickle
+
+            data = pickle.dumps(restore_members(safe_loads(data), known_members(own)))
+        (dst / name).write_bytes(data)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_digests_then_the_culprits_full_dumps_give_the_full_verdict(gloo_dumps, scenario, tmp_path):
+    full = gloo_dumps[scenario] / "ours"
+    expected = analyze_folder(full)
+    folder = tmp_path / "stall-001"
+    folder.mkdir()
+    for path in _files(full, SUMMARIZER):
+        shutil.copy(path, folder / path.name)
+    ranks = sorted({int(p.name[5:10]) for p in full.glob("rank_*.fr.pkl")})
+    digests = [r for r in ranks if r != SUMMARIZER]
+    for r in digests:
+        _write_digest(full, folder, r)
+    first = analyze_folder(folder)
+    want = _ranks_to_pull(first, digests, peers=0)  # only the culprits: the others stay digests
+    assert bool(want) == bool(first.culprit_ranks)  # a hang pulls full dumps; the healthy job none
+    for r in want:
+        for path in _files(full, r):
+            shutil.copy(path, folder / path.name)
+    (folder / COLLECTION_FILE).write_text(json.dumps({"digest_only_ranks": [r for r in digests if r not in want]}))
+    final = analyze_folder(folder)
+    assert (final.verdict, final.culprit_ranks) == (expected.verdict, expected.culprit_ranks), final.headline
+    if len(want) < len(digests):
+        assert any("digests only of rank(s)" in note for note in final.notes), final.notes
