@@ -12,8 +12,14 @@ loaders, a validation every epoch where one rank spends 3 s in a batch while the
 its all_reduce, a checkpoint every epoch that rank 0 spends 4 s building while the others wait in
 its barrier). Counts events (must be 0) and the consensus reports the ranks posted (near misses).
 
+``probe``: what one look at "where does this rank wait" costs on the watchdog thread, in a
+1-rank gloo group whose recorder holds ``--entries`` entries: ``blocked_collectives()`` (the
+per-group counters, no entries) against the JSON dump of the active entries (gloo never marks an
+entry completed, so that is every entry).
+
     python bench/bench_consensus.py detect [--ranks 3,8] [--faults stuck_train,stuck_loader,...]
     python bench/bench_consensus.py soak [--minutes 20] [--ranks 4]
+    python bench/bench_consensus.py probe [--entries 20000]
 """
 
 from __future__ import annotations
@@ -115,6 +121,41 @@ def soak(args: argparse.Namespace) -> list[dict]:
     return [row]
 
 
+def probe(args: argparse.Namespace) -> list[dict]:
+    os.environ["TORCH_FR_BUFFER_SIZE"] = str(args.entries)
+    import statistics as stats
+
+    import torch
+    import torch.distributed as dist
+    from torch._C import _distributed_c10d as c
+
+    from lightning_ncclx.watchdog.collective_probe import blocked_collectives
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            works = [dist.all_reduce(torch.ones(1), async_op=True) for _ in range(args.entries)]
+            for work in works:
+                work.wait()
+            cheap = []
+            for _ in range(1000):
+                start = time.perf_counter()
+                blocked_collectives()
+                cheap.append((time.perf_counter() - start) * 1e3)
+            full = []
+            for _ in range(5):
+                start = time.perf_counter()
+                c._dump_fr_trace_json(True, True, backend="gloo")
+                full.append((time.perf_counter() - start) * 1e3)
+        finally:
+            dist.destroy_process_group()
+    row = {"entries": args.entries, "probe_ms_median": round(stats.median(cheap), 4),
+           "probe_ms_p99": round(sorted(cheap)[int(0.99 * len(cheap)) - 1], 4),
+           "active_entries_json_ms_median": round(stats.median(full), 1)}
+    print(json.dumps(row))
+    return [row]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -128,8 +169,11 @@ def main() -> int:
     s.add_argument("--ranks", type=int, default=4)
     s.add_argument("--epoch-size", type=int, default=120)
     s.add_argument("--json", type=Path, default=None)
+    pr = sub.add_parser("probe")
+    pr.add_argument("--entries", type=int, default=20000)
+    pr.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    rows = detect(args) if args.mode == "detect" else soak(args)
+    rows = {"detect": detect, "soak": soak, "probe": probe}[args.mode](args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

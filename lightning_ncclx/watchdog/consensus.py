@@ -11,7 +11,12 @@ Each rank (watchdog thread, nothing on the training path):
   which collectives (from :mod:`collective_probe`), or busy outside any; posted once, changed
   only when it changes, withdrawn at the next heartbeat;
 - never reports in another phase (validation, checkpoint, epoch start, first step, teardown):
-  a rank that has not reported vetoes the decision, so those phases can never look like a hang.
+  a rank that has not reported vetoes the decision, so those phases can never look like a hang;
+- a rank outside any collective whose main thread kept a CPU busy over the last poll says it is
+  *working*, which vetoes too: rank-0-only work in a hook (an evaluation, a logger's upload) while
+  the others wait at a barrier is slow, not stuck. A stuck rank waits: sleeps, blocks on a lock,
+  a queue, a data loader, a dead peer. (One spinning in a GPU sync or a Python loop is left to
+  the step threshold.)
 
 Rank 0 reads one counter per poll and, once every rank has reported, all reports in one request.
 It declares a hang when at least ``quorum`` of the ranks are blocked and the reports are the same
@@ -27,6 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -42,6 +49,8 @@ POSTED_KEY = "cs/posted"
 CHANGES_KEY = "cs/changes"
 MAX_REPORT_BYTES = 64 * 1024
 MAX_BLOCKED_LISTED = 16
+WORKING_CPU_SHARE = 0.25
+"""A main thread that used at least this share of a CPU over the last poll is working."""
 
 
 def report_key(rank: int) -> str:
@@ -60,14 +69,17 @@ class RankReport:
     """Empty: busy outside any collective (compute, data loader, host code)."""
     waited_seconds: float
     """Since the heartbeat, when posted (not compared: a report is not re-posted as time passes)."""
+    working: bool = False
+    """Outside any collective with its main thread busy on a CPU (see ``WORKING_CPU_SHARE``)."""
 
     def same_as(self, other: "RankReport | None") -> bool:
-        return other is not None and (self.rank, self.beat, self.blocked) == (other.rank, other.beat, other.blocked)
+        return other is not None and (self.rank, self.beat, self.blocked, self.working) == (
+            other.rank, other.beat, other.blocked, other.working)
 
     def to_json(self) -> str:
         return json.dumps({"rank": self.rank, "beat": self.beat, "step": self.step,
                            "blocked": [[b.backend, b.pg_id, b.op_id] for b in self.blocked[:MAX_BLOCKED_LISTED]],
-                           "waited": round(self.waited_seconds, 3)})
+                           "waited": round(self.waited_seconds, 3), "working": self.working})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> "RankReport | None":
@@ -78,8 +90,9 @@ class RankReport:
             data = json.loads(raw)
             blocked = tuple(BlockedIn(str(b[0]), str(b[1]), int(b[2])) for b in data["blocked"][:MAX_BLOCKED_LISTED])
             waited = float(data["waited"])
+            working = data.get("working", False)
             return cls(rank=int(data["rank"]), beat=int(data["beat"]), step=int(data["step"]), blocked=blocked,
-                       waited_seconds=waited if math.isfinite(waited) else 0.0)
+                       waited_seconds=waited if math.isfinite(waited) else 0.0, working=working is True)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             return None
 
@@ -100,13 +113,17 @@ class Picture:
         return sorted(r for r, rep in self.reports.items() if not rep.blocked)
 
     @property
+    def working(self) -> list[int]:
+        return sorted(r for r, rep in self.reports.items() if rep.working and not rep.blocked)
+
+    @property
     def silent(self) -> list[int]:
         return [r for r in range(self.world_size) if r not in self.reports]
 
     def is_hang(self, quorum: float) -> bool:
-        """Every rank reported (a rank in a phase that explains a long wait never does) and at
-        least ``quorum`` of them wait in a collective."""
-        if self.silent or self.world_size < 1:
+        """Every rank reported (a rank in a phase that explains a long wait never does), none is
+        working, and at least ``quorum`` of them wait in a collective."""
+        if self.silent or self.working or self.world_size < 1:
             return False
         return len(self.blocked) >= max(1, math.ceil(quorum * self.world_size - 1e-9))
 
@@ -116,9 +133,12 @@ class Picture:
             groups.setdefault(blocked, []).append(r)
         parts = [f"rank(s) {_ranks(rs)} blocked in {', '.join(b.label() for b in where)}"
                  for where, rs in sorted(groups.items(), key=lambda item: item[1][0])]
-        if self.busy:
-            waited = max(self.reports[r].waited_seconds for r in self.busy)
-            parts.append(f"rank(s) {_ranks(self.busy)} busy outside any collective (step overran by {waited:.1f} s+)")
+        idle = [r for r in self.busy if r not in self.working]
+        if idle:
+            waited = max(self.reports[r].waited_seconds for r in idle)
+            parts.append(f"rank(s) {_ranks(idle)} outside any collective, waiting (step overran by {waited:.1f} s+)")
+        if self.working:
+            parts.append(f"rank(s) {_ranks(self.working)} outside any collective, working")
         return "; ".join(parts)
 
 
@@ -186,6 +206,7 @@ class Consensus:
                  poll_interval_seconds: float,
                  probe: Callable[[], list[BlockedIn]] = blocked_collectives,
                  main_thread_phase: Callable[[], Phase | None] | None = None,
+                 main_thread_cpu: Callable[[], float | None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.board = board
@@ -193,6 +214,8 @@ class Consensus:
         self.poll_interval_seconds = poll_interval_seconds
         self._probe = probe
         self._main_thread_phase = main_thread_phase or read_main_thread_phase
+        self._main_thread_cpu = main_thread_cpu or read_main_thread_cpu
+        self._cpu_sample: tuple[float, float] | None = None
         self._clock = clock
         self._pending: tuple[int, float] | None = None
         """(changes counter, time) of a hang picture waiting for its confirming poll."""
@@ -214,7 +237,17 @@ class Consensus:
         self._update_report()
         return self._decide() if self.evaluates else None
 
+    def _main_thread_working(self) -> bool:
+        """True when the main thread used ``WORKING_CPU_SHARE`` of a CPU since the last poll
+        (sampled at every poll, so the first report already knows)."""
+        now, cpu = self._clock(), self._main_thread_cpu()
+        previous, self._cpu_sample = self._cpu_sample, (now, cpu) if cpu is not None else None
+        if previous is None or cpu is None or now <= previous[0]:
+            return False
+        return (cpu - previous[1]) / (now - previous[0]) >= WORKING_CPU_SHARE
+
     def _update_report(self) -> None:
+        working = self._main_thread_working()
         beat = self.heartbeat.last
         wait = self.heartbeat.consensus_wait()
         waited = self._clock() - beat.time
@@ -231,8 +264,9 @@ class Consensus:
                 self.board.withdraw()
             return
         self.probes += 1
-        report = RankReport(rank=self.board.rank, beat=beat.seq, step=beat.step,
-                            blocked=tuple(self._probe()), waited_seconds=waited)
+        blocked = tuple(self._probe())
+        report = RankReport(rank=self.board.rank, beat=beat.seq, step=beat.step, blocked=blocked,
+                            waited_seconds=waited, working=working and not blocked)
         if not report.same_as(posted):
             self.board.post(report)
 
@@ -263,3 +297,19 @@ class Consensus:
             self._pending = None
         return None
 
+
+def read_main_thread_cpu() -> float | None:
+    """CPU seconds the main thread has used (Linux ``/proc``); None where that cannot be read."""
+    tid = threading.main_thread().native_id
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+try:
+    _CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
+except (AttributeError, ValueError, OSError):  # pragma: no cover - not Linux
+    _CLOCK_TICKS = 100.0

@@ -51,10 +51,14 @@ class Job:
         self.stores = [CountingStore(self.shared) for _ in range(world)]
         self.where: dict[int, list[BlockedIn]] = {r: [] for r in range(world)}
         self.main_phase: dict[int, Phase | None] = {r: None for r in range(world)}
+        self.cpu_share: dict[int, float] = {r: 0.0 for r in range(world)}
+        """Share of a CPU each rank's main thread uses while the clock moves (0: waiting)."""
+        self._cpu: dict[int, float] = {r: 0.0 for r in range(world)}
         self.detectors = [
             Consensus(config.consensus, ConsensusBoard(self.stores[r], r, world), self.heartbeats[r],
                       poll_interval_seconds=POLL, clock=self.clock,
-                      probe=lambda r=r: list(self.where[r]), main_thread_phase=lambda r=r: self.main_phase[r])
+                      probe=lambda r=r: list(self.where[r]), main_thread_phase=lambda r=r: self.main_phase[r],
+                      main_thread_cpu=lambda r=r: self._cpu[r])
             for r in range(world)
         ]
         for detector in self.detectors:
@@ -75,6 +79,8 @@ class Job:
     def poll(self) -> Picture | None:
         """One poll on every rank, rank 0 last (it decides on what the others posted)."""
         self.clock.advance(POLL)
+        for r, share in self.cpu_share.items():
+            self._cpu[r] += share * POLL
         for detector in self.detectors[1:]:
             assert detector.tick() is None
         return self.detectors[0].tick()
@@ -98,8 +104,42 @@ def test_a_rank_stuck_outside_a_collective_is_a_hang_after_the_wait_and_two_agre
     # nothing reported before WAIT; reports in the poll after it; rank 0 confirms one poll later
     assert polls == int(WAIT / POLL) + 2
     assert "rank(s) 0, 2 blocked in gloo group 1 op 13" in picture.describe()
-    assert "rank(s) 1 busy outside any collective" in picture.describe()
+    assert "rank(s) 1 outside any collective, waiting" in picture.describe()
     assert job.poll() is None  # one event per picture
+
+
+def test_a_rank_working_outside_collectives_vetoes_until_it_only_waits() -> None:
+    """Rank 0 evaluates in a hook for a long while (its main thread on a CPU) as the others wait
+    at a barrier: slow, not stuck. Once its main thread waits too, it is a hang."""
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.cpu_share[0] = 0.9
+    job.where.update({1: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+    assert job.detectors[0].board.posted is not None and job.detectors[0].board.posted.working
+    job.cpu_share[0] = 0.0
+    picture, polls = job.polls_until_hang(limit=4)
+    assert picture is not None and picture.busy == [0] and picture.working == [] and polls == 2
+
+
+def test_a_working_rank_says_so_in_its_first_report() -> None:
+    """CPU use is sampled at every poll, so rank 0 never confirms a hang on a report posted
+    before the rank knew it was working."""
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.cpu_share[1] = 0.5
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    for _ in range(int(WAIT / POLL) + 1):
+        job.poll()
+    assert job.detectors[1].board.posts == 1 and job.detectors[1].board.posted.working
+
+
+def test_a_blocked_rank_is_never_working() -> None:
+    report = RankReport(rank=0, beat=1, step=1, blocked=(IN_ALLREDUCE,), waited_seconds=3.0, working=True)
+    assert Picture(1, {0: report}).working == [] and Picture(1, {0: report}).is_hang(0.5)
 
 
 def test_a_slow_step_that_ends_withdraws_the_reports_and_is_no_hang() -> None:
@@ -248,7 +288,8 @@ def test_a_malformed_report_counts_as_no_report(raw: bytes) -> None:
 
 
 def test_a_report_round_trips_and_a_nan_wait_is_read_as_zero() -> None:
-    report = RankReport(rank=4, beat=17, step=12, blocked=(IN_ALLREDUCE, BlockedIn("nccl2", "0", 99)), waited_seconds=3.25)
+    report = RankReport(rank=4, beat=17, step=12, blocked=(IN_ALLREDUCE, BlockedIn("nccl2", "0", 99)), waited_seconds=3.25,
+                        working=True)
     assert RankReport.from_json(report.to_json()) == report
     data = json.loads(report.to_json())
     data["waited"] = float("nan")

@@ -65,6 +65,7 @@ def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
         ("uneven_loader", 1),           # every rank's batches take a random 0-0.3 s to load
         ("slow_val_sync", 1),           # rank 1 spends 3 s in a validation batch; the others wait in its all_reduce
         ("slow_checkpoint_rank0", 0),   # rank 0 builds a checkpoint for 4 s; the others wait in its barrier
+        ("busy_rank0_hook", 0),         # rank 0 computes for 4 s in a batch-end hook; the others wait in a barrier
     ],
 )
 def test_healthy_jobs_raise_no_event(tmp_path: Path, fault: str, fault_rank: int) -> None:

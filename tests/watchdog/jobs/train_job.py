@@ -20,7 +20,8 @@ Healthy jobs for the consensus detector (no alarm expected; steps of ``--step-sl
 random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
 the fault rank spends 3 s in a validation batch while the others wait in its all_reduce),
 ``slow_checkpoint_rank0`` (a checkpoint after ``--at-batch`` where rank 0 spends 4 s building it
-while the others wait in the checkpoint's barrier), ``soak`` (all of these but the slow rank at
+while the others wait in the checkpoint's barrier), ``busy_rank0_hook`` (after batch ``--at-batch``
+rank 0 computes for 4 s in ``on_train_batch_end`` while the others wait in a barrier), ``soak`` (all of these but the slow rank at
 once: uneven loaders, a slow validation batch with a sync and a slow checkpoint every epoch).
 """
 
@@ -172,6 +173,14 @@ class Model(LightningModule):
             else:
                 dist.all_reduce(t, group=self.sub)
         return self.layer(batch).sum()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.args.fault == "busy_rank0_hook" and batch_idx == self.args.at_batch and self.sub is not None:
+            if rank() == 0:  # rank-0-only work after the step (an evaluation, an upload): CPU-bound Python
+                deadline, total = time.monotonic() + 4.0, 0
+                while time.monotonic() < deadline:
+                    total += sum(i * i for i in range(1000))
+            dist.barrier(group=self.sub)  # the others wait here meanwhile
 
     def on_train_epoch_end(self) -> None:
         if self.args.fault == "stuck_epoch_end" and self.sub is not None:
