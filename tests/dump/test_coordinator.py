@@ -116,11 +116,6 @@ def test_pack_roundtrip(tmp_path: Path) -> None:
 
 
 def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, caplog) -> None:
-    import lightning_ncclx.dump.summarize as summarize
-
-    def broken(folder, extra_roots, rank):
-        raise AssertionError("must not be reached")
-
     (r0,) = coordinators(1)
     event = r0.propose("stall")
     folder = tmp_path / event.name
@@ -141,7 +136,19 @@ def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, 
     assert result.verdict is None and (folder / "rank_00000.context.json").exists()
     assert json.loads((folder / "collection.json").read_text())["dumped_ranks"] == [0]
     assert "could not be imported" in caplog.text
-    assert summarize is not None
+
+
+def test_the_watchdog_and_the_initiator_load_the_analyzer_only_when_an_event_is_summarized() -> None:
+    import subprocess
+    import sys
+
+    code = ("import json, sys, lightning_ncclx.watchdog.runtime, lightning_ncclx.dump.summarize; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('lightning_ncclx.analysis.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    loaded = set(json.loads(out))
+    assert not loaded & {"lightning_ncclx.analysis.diagnose", "lightning_ncclx.analysis.load",
+                         "lightning_ncclx.analysis.align", "lightning_ncclx.analysis.parse"}, loaded
+    assert "lightning_ncclx.analysis.safe_pickle" in loaded  # the dump writer's one need
 
 
 def test_only_processes_in_the_same_scope_are_checked_and_reported_gone() -> None:
