@@ -95,13 +95,3 @@ def test_the_probe_sees_the_collective_a_rank_waits_in(tmp_path: Path) -> None:
     assert found["idle"] == [] and found["after"] == []
     assert found["blocked"] == [["gloo", "1", 6]]  # the sub-group's 6th op: five completed before it
 
-
-def test_a_long_first_step_validation_checkpoint_and_epoch_start_raise_no_event(tmp_path: Path) -> None:
-    """``healthy_slow`` with consensus armed after 6 steps: a 4 s first step (as a compile is), a
-    5 s validation batch, a 4.5 s checkpoint and a 4.5 s start of the second epoch's loader."""
-    args = [a for a in CONSENSUS_JOB]
-    args[args.index("--batches") + 1] = "14"
-    result = run_job(tmp_path, *args, "--fault", "healthy_slow", "--epochs", "2")
-    assert result.returncode == 0, result.log[-4000:]
-    assert result.events() == [], result.log[-4000:]
-    assert "stall by consensus" not in result.log
