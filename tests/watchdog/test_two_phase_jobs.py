@@ -29,11 +29,11 @@ def test_an_8_rank_stall_gets_the_full_gathers_verdict_from_digests_and_three_fu
         "not_entered", [5], "stuck_outside_collective")
     collection = json.loads((folder / "collection.json").read_text())
     assert collection["gather"] == "two_phase" and collection["missing_ranks"] == []
-    initiator = collection["initiator_rank"]
+    initiator = collection["initiator_rank"]  # whichever rank noticed first, the culprit included
     digest_only = collection["digest_only_ranks"]
     full = sorted(set(range(8)) - set(digest_only))
-    assert 5 in full and initiator in full and len(full) == 1 + 1 + 2, collection  # own, culprit, two peers
-    assert len(digest_only) == 4
+    assert {5, initiator} <= set(full) and len(full) == len({5, initiator}) + 2, collection
+    assert len(digest_only) == 8 - len(full) >= 4  # own, the culprit, two peers in full; the rest digests
     assert any(f"digests only of rank(s) {', '.join(map(str, digest_only))}" in note
                for note in summary["notes"]), summary["notes"]
     assert "two-phase gather: full dumps pulled from rank(s)" in result.log

@@ -16,8 +16,8 @@ expected), ``slow_state_dict`` (every 3 steps a checkpoint whose ``state_dict()`
 gathering a big model does, before any checkpoint hook runs: no alarm expected).
 
 Healthy jobs for the consensus detector (no alarm expected; steps of ``--step-sleep``):
-``slow_rank`` (the fault rank's steps take 1.5x), ``uneven_loader`` (every rank's batches take a
-random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
+``slow_rank`` (the fault rank's steps take 1.5x, and every rank's loader is uneven as below),
+``uneven_loader`` (every rank's batches take a random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
 the fault rank spends 3 s in a validation batch while the others wait in its all_reduce),
 ``slow_checkpoint_rank0`` (a checkpoint after ``--at-batch`` where rank 0 spends 4 s building it
 while the others wait in the checkpoint's barrier), ``busy_rank0_hook`` (after batch ``--at-batch``
@@ -114,7 +114,7 @@ class Data(Dataset):
             time.sleep(FOREVER)
         if a.fault == "healthy_slow" and self.calls - 1 == a.batches:
             time.sleep(4.5)  # the second epoch's first batch (workers starting): slower than a step
-        if a.fault in ("uneven_loader", "soak"):
+        if a.fault in ("uneven_loader", "soak", "slow_rank"):
             time.sleep(self.rng.uniform(0.0, a.step_sleep))
         return torch.randn(4)
 
