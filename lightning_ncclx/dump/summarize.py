@@ -12,7 +12,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, unpack_files
 from lightning_ncclx.dump.digest import known_members, restore_members
@@ -62,26 +62,34 @@ def _has_local_copy(folder: Path, rank: int, files: list[str]) -> bool:
     return all((folder / n).is_file() for n in names)
 
 
-def gather_missing(coordinator: EventCoordinator, event: EventInfo, folder: Path,
-                   announced: dict[int, dict]) -> dict[int, str]:
-    """Pull the dumps that are not in ``folder`` from the store into ``folder/ranks/<host>/``."""
+def _pull_through_store(coordinator: EventCoordinator, event: EventInfo, folder: Path, announced: dict[int, dict],
+                        fetch: Callable[[EventInfo, int], bytes | None], what: str,
+                        written: Callable[[list[Path]], None] = lambda paths: None) -> dict[int, str]:
+    """Unpack ``fetch(event, rank)`` of every announced rank without a copy in ``folder`` into
+    ``folder/ranks/<host>/``; returns rank -> that folder."""
     gathered: dict[int, str] = {}
     for rank, meta in sorted(announced.items()):
         if _has_local_copy(folder, rank, list(meta.get("files", []))):
             continue
         try:
-            blob = coordinator.fetch_blob(event, rank)
+            blob = fetch(event, rank)
             if blob is None:
-                log.warning("[rank %d] rank %d's dump of %s is neither on this disk nor in the store",
-                            coordinator.rank, rank, event.name)
+                log.warning("[rank %d] rank %d's %s of %s is neither on this disk nor in the store",
+                            coordinator.rank, rank, what, event.name)
                 continue
             target = folder / GATHERED_FOLDER / _host_folder(meta)
-            unpack_files(blob, target)
+            written(unpack_files(blob, target))
             gathered[rank] = str(target)
         except Exception:  # noqa: BLE001
-            log.warning("[rank %d] pulling rank %d's dump through the store failed", coordinator.rank, rank,
+            log.warning("[rank %d] pulling rank %d's %s through the store failed", coordinator.rank, rank, what,
                         exc_info=True)
     return gathered
+
+
+def gather_missing(coordinator: EventCoordinator, event: EventInfo, folder: Path,
+                   announced: dict[int, dict]) -> dict[int, str]:
+    """Pull the dumps that are not in ``folder`` from the store into ``folder/ranks/<host>/``."""
+    return _pull_through_store(coordinator, event, folder, announced, coordinator.fetch_blob, "dump")
 
 
 def _own_traces(folder: Path, rank: int) -> list[dict]:
@@ -114,24 +122,10 @@ def gather_digests(coordinator: EventCoordinator, event: EventInfo, folder: Path
                    announced: dict[int, dict]) -> tuple[dict[int, str], list[int]]:
     """Two-phase gather, first phase: the digests of the dumps that are not in ``folder``, into
     ``folder/ranks/<host>/``; returns (rank -> folder, ranks read from a digest)."""
-    gathered: dict[int, str] = {}
-    digests: list[int] = []
     known = known_members(_own_traces(folder, coordinator.rank))
-    for rank, meta in sorted(announced.items()):
-        if _has_local_copy(folder, rank, list(meta.get("files", []))):
-            continue
-        try:
-            blob = coordinator.fetch_digest(event, rank)
-            if blob is None:
-                log.warning("[rank %d] rank %d's digest of %s is not in the store", coordinator.rank, rank, event.name)
-                continue
-            target = folder / GATHERED_FOLDER / _host_folder(meta)
-            _restore_digest_members(unpack_files(blob, target), known)
-            gathered[rank] = str(target)
-            digests.append(rank)
-        except Exception:  # noqa: BLE001
-            log.warning("[rank %d] reading rank %d's digest failed", coordinator.rank, rank, exc_info=True)
-    return gathered, digests
+    gathered = _pull_through_store(coordinator, event, folder, announced, coordinator.fetch_digest, "digest",
+                                   lambda paths: _restore_digest_members(paths, known))
+    return gathered, sorted(gathered)
 
 
 def _host_folder(meta: dict) -> str:
