@@ -205,6 +205,10 @@ class WatchdogConfig:
     enabled: bool = True
     poll_interval_seconds: float = 0.5
     """How often the thread looks at the heartbeat and at dump requests from other ranks."""
+    event_doorbell: bool = True
+    """On a ``TCPStore``, learn of other ranks' dump events from one blocking store request per
+    rank (a doorbell the starting rank rings) instead of a ``check`` per poll interval: no store
+    traffic in steady state. False: poll the store every interval."""
     first_step_seconds: float = 900.0
     """Threshold for the first training step (compilation, warm-up, lazy NCCL set-up)."""
     train_step_seconds: float = 300.0

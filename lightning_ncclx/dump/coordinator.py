@@ -24,6 +24,11 @@ Protocol (every key under the ``lightning_ncclx/`` prefix of the job's c10d stor
     when the job is to end (the other ranks wait for it, then leave).
 ``ev/<n>/leaving``
     Counter of ranks on their way out of an ending job.
+``bell/<r>``
+    Rank ``r``'s doorbell (:mod:`doorbell`): the rank that starts event ``n`` sets every rank's
+    bell in one ``multi_set``; each rank's listener, blocked in ``wait`` on its own bell, wakes,
+    deletes it and polls ``ev/<n>/meta``. Only a rank that never woke (a dead one) leaves its
+    bell behind.
 ``procs/<scope>``
     One JSON line per watchdog started in that scope (boot id and pid namespace: the processes
     that can see each other): ``{"rank", "host", "pid", "start_ticks", "scope"}``.
@@ -37,7 +42,8 @@ leave new keys behind; ``meta`` itself (about 100 bytes, at most ``max_dumps_per
 ``max_on_demand_dumps`` of them) stays as the event log that keeps numbering in step.
 
 Only non-blocking calls are used (``check`` before ``get``): ``TCPStore.get`` blocks until the key
-exists. Nothing here runs per training step: the watchdog thread polls once per interval.
+exists. Nothing here runs per training step: the watchdog thread asks the store for the next event
+only when its doorbell rang (or once per interval where the store has no doorbell).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from lightning_ncclx.dump.doorbell import ring_every_rank
 from lightning_ncclx.dump.liveness import ProcessInfo, is_gone, state_of
 from lightning_ncclx.files import atomic_write_bytes
 
@@ -157,6 +164,8 @@ class EventCoordinator:
         self.last_seen = 0
         self.name_taken: Callable[[str], bool] = lambda name: False
         """Set by the owner: True when an event folder of that name exists (an earlier run)."""
+        self.rings_doorbells = False
+        """Set by the owner where ranks listen for events (:mod:`doorbell`) instead of polling."""
         self._clock = clock
         self._sleep = sleep
         self._me: ProcessInfo | None = None
@@ -179,7 +188,14 @@ class EventCoordinator:
         mine = EventInfo(number, name, reason, self.rank)
         raw = self.store.compare_set(f"ev/{number}/meta", "", mine.to_json())
         self.last_seen = number
-        return EventInfo.from_json(number, raw)
+        agreed = EventInfo.from_json(number, raw)
+        if self.rings_doorbells and agreed.initiator == self.rank:
+            try:
+                ring_every_rank(self.store, self.world_size, number)
+            except Exception:  # noqa: BLE001 - the others still start it when their own threshold passes
+                log.warning("[rank %d] ringing the other ranks for event %d failed", self.rank, number,
+                            exc_info=True)
+        return agreed
 
     def skip_past_events(self) -> int:
         """Start after the events already in the store, and return how many there were.

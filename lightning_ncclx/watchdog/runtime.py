@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from lightning_ncclx.config import StallAction, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_job_store
+from lightning_ncclx.dump.doorbell import Doorbell, listening_store
 from lightning_ncclx.dump.digest import digest_files
 from lightning_ncclx.dump.liveness import this_process
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
@@ -67,6 +68,11 @@ class WatchdogRuntime:
         self.rank, self.world_size, store = _job_identity()
         self.coordinator = EventCoordinator(store, self.rank, self.world_size, clock=clock)
         self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
+        self.doorbell = self._open_doorbell(store)
+        self.coordinator.rings_doorbells = self.doorbell is not None
+        self._poll_again = True
+        """Ask the store for the next event at the next tick even without a ring (at the start,
+        and after an event: another may have followed it)."""
         self.consensus = Consensus(config.consensus, ConsensusBoard(store, self.rank, self.world_size), self.heartbeat,
                                    poll_interval_seconds=config.poll_interval_seconds, clock=clock)
         self._consensus_failures = 0
@@ -95,6 +101,18 @@ class WatchdogRuntime:
         self._clock = clock
         self._thread = threading.Thread(target=self._run, name=f"ncclx-watchdog-rank{self.rank}", daemon=True)
 
+    def _open_doorbell(self, store: Any) -> Doorbell | None:
+        if not self.config.event_doorbell or self.world_size < 2:
+            return None
+        try:
+            listen = listening_store(store)
+        except Exception:  # noqa: BLE001 - then the thread polls, as without a doorbell
+            log.warning("[rank %d] no event doorbell: polling the store for events", self.rank, exc_info=True)
+            return None
+        if listen is None:
+            return None
+        return Doorbell(listen, store, self.rank, on_ring=lambda: self._wakeup.wake())
+
     # ------------------------------------------------------------------------------ life cycle
     def start(self) -> None:
         try:
@@ -110,6 +128,8 @@ class WatchdogRuntime:
                 self.consensus.start()
             except Exception:  # noqa: BLE001 - without its key, rank 0 never decides: the threshold still works
                 log.warning("[rank %d] could not register for consensus hang detection", self.rank, exc_info=True)
+        if self.doorbell is not None:
+            self.doorbell.start()
         try:
             self._wakeup.install()
         except Exception:  # noqa: BLE001
@@ -131,6 +151,8 @@ class WatchdogRuntime:
             if self._thread.is_alive():
                 log.warning("[rank %d] watchdog thread still busy at shutdown; left behind (daemon)", self.rank)
                 return
+        if self.doorbell is not None:
+            self.doorbell.stop()
         if self.config.consensus.enabled:
             log.info("[rank %d] consensus: %d report(s) posted in this run (a step overran its wait)", self.rank,
                      self.consensus.board.posts)
@@ -166,10 +188,12 @@ class WatchdogRuntime:
 
     def _tick(self) -> None:
         with self._event_lock:
-            event = self.coordinator.poll()
-            if event is not None:
-                self._take_part(event)
-                return
+            if self._events_may_be_waiting():
+                event = self.coordinator.poll()
+                self._poll_again = event is not None
+                if event is not None:
+                    self._take_part(event)
+                    return
             if self._file_trigger.taken(self._clock()):
                 self._signal_requested = True
             if self._signal_requested:
@@ -192,6 +216,10 @@ class WatchdogRuntime:
                             self.config.max_dumps_per_run)
                 return
             self._take_part(self.coordinator.propose("stall"))
+
+    def _events_may_be_waiting(self) -> bool:
+        doorbell = self.doorbell
+        return self._poll_again or doorbell is None or not doorbell.listening or doorbell.take()
 
     def _consensus_tick(self) -> Picture | None:
         if not self.config.consensus.enabled:
