@@ -1,0 +1,189 @@
+"""The event doorbell on a real torch ``TCPStore``: one open ``wait`` per rank instead of a
+``check`` per poll; a ring wakes the listener, which deletes its bell; stop, stale stop tokens, a
+lost server; which stores get a doorbell; and two watchdogs in one process, where the second
+learns of the first's on-demand event only from its bell."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch.distributed as dist
+
+from lightning_ncclx.config import StallAction, WatchdogConfig
+from lightning_ncclx.dump import doorbell as doorbell_module
+from lightning_ncclx.dump.coordinator import STORE_PREFIX, EventCoordinator
+from lightning_ncclx.dump.doorbell import Doorbell, bell_key, listening_store, ring_every_rank
+from lightning_ncclx.watchdog import runtime as runtime_module
+from lightning_ncclx.watchdog.heartbeat import Phase
+from lightning_ncclx.watchdog.runtime import WatchdogRuntime
+
+
+@pytest.fixture
+def server() -> Any:
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True,
+                          timeout=timedelta(seconds=30))
+    yield store
+    del store
+
+
+def client(server: Any) -> Any:
+    raw = dist.TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=30))
+    return dist.PrefixStore(STORE_PREFIX, raw)
+
+
+def until(condition: Callable[[], bool], seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def start_listening(server: Any, rank: int, rings: list[int]) -> tuple[Doorbell, Any]:
+    job = client(server)
+    listen = listening_store(job)
+    assert listen is not None
+    bell = Doorbell(listen, job, rank, on_ring=lambda: rings.append(rank))
+    bell.start()
+    return bell, job
+
+
+def test_a_ring_wakes_the_listener_and_its_bell_is_deleted(server: Any) -> None:
+    rings: list[int] = []
+    bell, job = start_listening(server, 3, rings)
+    try:
+        assert not bell.take()
+        ring_every_rank(job, 4, event_number=1)
+        assert until(lambda: rings == [3])
+        assert bell.take() and not bell.take()  # taken once
+        assert until(lambda: not job.check([bell_key(3)]))  # the listener deleted its own bell
+        assert [job.check([bell_key(r)]) for r in range(3)] == [True, True, True]  # nobody listens there
+        assert bell.listening and bell.rings == 1
+    finally:
+        bell.stop()
+
+
+def test_stop_ends_the_thread_and_leaves_no_key(server: Any) -> None:
+    rings: list[int] = []
+    bell, job = start_listening(server, 0, rings)
+    bell.stop()
+    assert not bell.listening
+    assert rings == [] and bell.rings == 0
+    assert not job.check([bell_key(0)])
+    assert "ncclx-doorbell-rank0" not in [t.name for t in threading.enumerate()]
+
+
+def test_an_earlier_listeners_stop_token_is_one_ring_not_a_stop(server: Any) -> None:
+    rings: list[int] = []
+    job = client(server)
+    job.set(bell_key(1), "stop:left-by-an-earlier-watchdog")
+    bell, _ = start_listening(server, 1, rings)
+    try:
+        assert until(lambda: rings == [1])
+        assert bell.listening  # still waiting for the next ring
+        ring_every_rank(job, 2, event_number=2)
+        assert until(lambda: rings == [1, 1])
+    finally:
+        bell.stop()
+
+
+def test_a_lost_server_turns_the_listener_off_and_wakes_its_owner() -> None:
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True,
+                           timeout=timedelta(seconds=30))
+    rings: list[int] = []
+    bell, _ = start_listening(server, 2, rings)
+    assert until(lambda: bell.listening)
+    del server  # the store's host goes away
+    assert until(lambda: not bell.listening)
+    assert rings == [2]  # the owner is woken, to poll instead
+    bell.stop()
+
+
+def test_a_wait_that_runs_its_course_is_renewed(server: Any, monkeypatch) -> None:
+    rings: list[int] = []
+    job = client(server)
+    bell = Doorbell(listening_store(job), job, 5, on_ring=lambda: rings.append(5), wait_seconds=0.3)
+    bell.start()
+    try:
+        time.sleep(0.8)  # two waits run out
+        assert bell.listening and rings == []
+        ring_every_rank(job, 6, event_number=1)
+        assert until(lambda: rings == [5])
+    finally:
+        bell.stop()
+
+
+def test_only_a_tcp_store_gets_a_listening_connection(server: Any, tmp_path: Path) -> None:
+    assert listening_store(dist.PrefixStore(STORE_PREFIX, dist.HashStore())) is None
+    assert listening_store(dist.FileStore(str(tmp_path / "store"), 1)) is None
+    nested = dist.PrefixStore(STORE_PREFIX, dist.PrefixStore("default_pg", client(server)))
+    listen = listening_store(nested)
+    assert listen is not None
+    nested.set("same-key", "seen")
+    assert listen.get("same-key") == b"seen"  # the same prefixes, another connection
+
+
+def test_only_the_rank_that_starts_an_event_rings(server: Any) -> None:
+    first = EventCoordinator(client(server), 0, 3)
+    second = EventCoordinator(client(server), 1, 3)
+    first.rings_doorbells = second.rings_doorbells = True
+    event = first.propose("stall")
+    assert event.initiator == 0
+    store = client(server)
+    assert [store.get(bell_key(r)) for r in range(3)] == [b"1", b"1", b"1"]
+    for r in range(3):
+        store.delete_key(bell_key(r))
+    second.last_seen = 0
+    joined = second.propose("stall")  # too late: it joins event 1 and rings nobody
+    assert joined.initiator == 0
+    assert [store.check([bell_key(r)]) for r in range(3)] == [False, False, False]
+
+
+def test_without_doorbells_propose_rings_nobody(server: Any) -> None:
+    coordinator = EventCoordinator(client(server), 0, 2)
+    coordinator.propose("stall")
+    assert not client(server).check([bell_key(0)])
+
+
+def test_a_second_rank_learns_of_an_event_from_its_bell_only(server: Any, tmp_path: Path, monkeypatch) -> None:
+    stores = {rank: client(server) for rank in (0, 1)}
+    identities = iter([(0, 2, stores[0]), (1, 2, stores[1])])
+    monkeypatch.setattr(runtime_module, "_job_identity", lambda: next(identities))
+    config = WatchdogConfig(poll_interval_seconds=0.05, on_stall=StallAction.dump, on_demand_signal=None,
+                            native_stacks=False, collect_timeout_seconds=10.0, auto={"enabled": False},
+                            consensus={"enabled": False})
+    runtimes = [WatchdogRuntime(config, tmp_path / f"rank{rank}") for rank in (0, 1)]
+    polls = [0, 0]
+    for rank, runtime in enumerate(runtimes):
+        original = runtime.coordinator.poll
+
+        def counted(rank: int = rank, original: Any = original) -> Any:
+            polls[rank] += 1
+            return original()
+
+        monkeypatch.setattr(runtime.coordinator, "poll", counted)
+        runtime.heartbeat.beat(Phase.idle)
+    try:
+        for runtime in runtimes:
+            runtime.start()
+        assert all(r.doorbell is not None and r.coordinator.rings_doorbells for r in runtimes)
+        time.sleep(1.0)  # 20 poll intervals of steady state
+        assert polls == [1, 1]  # the first tick only, then nothing until a ring
+        (tmp_path / "rank0").mkdir(exist_ok=True)
+        (tmp_path / "rank0" / "DUMP_NOW").touch()  # rank 0 starts an on-demand event
+        folder = tmp_path / "rank1" / "ondemand-001"
+        # (without a process group, both in-process ranks name their files as rank 0)
+        assert until(lambda: folder.is_dir() and any(p.suffix == ".json" for p in folder.iterdir()), 60.0)
+        assert runtimes[1].doorbell.rings == 1
+        assert until(lambda: (tmp_path / "rank0" / "ondemand-001" / "summary.json").is_file(), 60.0)
+    finally:
+        for runtime in runtimes:
+            runtime.stop()
+    assert not any(t.name.startswith("ncclx-doorbell") for t in threading.enumerate())
+    assert [stores[0].check([bell_key(r)]) for r in (0, 1)] == [False, False]
