@@ -34,7 +34,7 @@ def world_size(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext
 
 def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> dict[tuple[str, str], GroupRef]:
     """(backend, group name) -> GroupRef with the group's global ranks, for every group that
-    appears in some entry."""
+    appears in some entry (collective or point-to-point)."""
     world = world_size(traces, contexts)
     mentions: dict[tuple[str, str], set[int]] = {}
     descs: dict[tuple[str, str], str] = {}
@@ -42,9 +42,14 @@ def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankCon
         for name, track in t.groups.items():
             mentions.setdefault((t.lib, name), set()).add(t.rank)
             descs.setdefault((t.lib, name), track.desc)
+        for name in {op.group for op in t.p2p}:  # a group used only for send/recv
+            mentions.setdefault((t.lib, name), set()).add(t.rank)
+            declared = t.pg_config.get(name)
+            if declared is not None and declared[0]:
+                descs.setdefault((t.lib, name), declared[0])
     out: dict[tuple[str, str], GroupRef] = {}
     for (lib, name), ranks_seen in sorted(mentions.items()):
-        desc = descs[(lib, name)]
+        desc = descs.get((lib, name), "")
         ranks = _declared(lib, name, traces, contexts)
         known = ranks is not None
         if ranks is None:

@@ -17,6 +17,7 @@ from lightning_ncclx.analysis.model import GroupTrack, OpenOp, P2POp, RankTrace
 from lightning_ncclx.errors import DumpReadError
 
 _INT = re.compile(r"-?\d+")
+_RANK_LIST = re.compile(r"\[\s*(?:\d+\s*(?:,\s*\d+\s*)*,?\s*)?\]")
 _P2P = re.compile(r"^(send|recv)\s+(-?\d+|\?)\s*(->|<-)\s*(-?\d+|\?)")
 
 
@@ -44,9 +45,10 @@ def _in_range(ranks: tuple[int, ...] | None) -> tuple[int, ...] | None:
 def _parse_rank_string(value: str) -> tuple[int, ...] | None:
     """Every rank's dump repeats the same strings (16,384 ranks: 16,384 x 16,384 numbers): parse
     and check each once per process, and share the one tuple."""
-    if value.strip().startswith("[") and value.strip().endswith("]"):
-        return _in_range(tuple(map(int, _INT.findall(value))))
-    return None
+    if not _RANK_LIST.fullmatch(value.strip()):
+        return None
+    ranks = tuple(map(int, _INT.findall(value)))
+    return _in_range(ranks) if len(ranks) <= MAX_RANK else None
 
 
 def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:

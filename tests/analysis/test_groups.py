@@ -4,7 +4,6 @@ then inference (default group spans the world; any other group only the ranks th
 
 from __future__ import annotations
 
-import pytest
 from synth import collectives, dump, entry
 
 from lightning_ncclx.analysis.groups import MAX_WORLD_SIZE, resolve_groups, world_size
@@ -92,8 +91,6 @@ def test_groups_are_keyed_by_backend_and_name():
     assert groups[("nccl", "0")].ranks == (0, 1) and groups[("gloo", "0")].ranks == (0, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: only groups with collective entries are listed; a group that appears "
-                                       "only in send/recv entries is missing although its pg_config row is there")
 def test_a_group_used_only_for_p2p_is_resolved_from_its_declaration():
     send = entry(2, 0, "send 0->1", pg=("3", "pp"), p2p_seq=1, is_p2p=True, state="started")
     traces = (_trace(2, {"0": ("default_pg", [0, 1, 2, 3]), "3": ("pp", [2, 3])}, collectives(2) + [send]),)

@@ -4,7 +4,6 @@ dtype mismatch; finished, self-addressed, any-source, out-of-group and undumped 
 
 from __future__ import annotations
 
-import pytest
 from synth import collectives, dump, entry
 
 from lightning_ncclx.analysis.groups import resolve_groups
@@ -49,19 +48,13 @@ def test_group_ranks_in_names_are_translated_to_global_ranks():
     assert f.group.desc == "pp" and f.group.ranks == (2, 3)
 
 
-P2P_ONLY_BUG = ("bug: resolve_groups lists only groups with collective entries, so a group used only for "
-                "send/recv is not resolved from pg_config; _guess_group then takes its members from the ranks "
-                "whose p2p entries mention it")
 
-
-@pytest.mark.xfail(strict=True, reason=P2P_ONLY_BUG)
 def test_a_p2p_only_group_uses_its_declared_members_to_find_the_peer():
     # pp = [2, 3], used only for send/recv: rank 2 waits in a send that rank 3 never posted
     (f,) = _findings({2: [_p2p("send 0->1", pg=PP)], 3: []})
     assert f.ranks == (3,) and f.group.desc == "pp"
 
 
-@pytest.mark.xfail(strict=True, reason=P2P_ONLY_BUG)
 def test_a_p2p_only_group_does_not_blame_the_wrong_member():
     # pp = [0, 2, 4, 6]; rank 4 (group rank 2) sends to group rank 0, i.e. global rank 0, which
     # recorded nothing in pp. Guessed from p2p mentions the members read (2, 4, 6): rank 2 is blamed.
