@@ -220,6 +220,10 @@ class Consensus:
         self._pending: tuple[int, float] | None = None
         """(changes counter, time) of a hang picture waiting for its confirming poll."""
         self._fired_changes: int | None = None
+        self._unfinished_at_start: frozenset[BlockedIn] = frozenset()
+        """Ops already unfinished when this watchdog started: a destroyed group's leftovers (the
+        recorder keeps the status of groups of an earlier Trainer in this process), never this
+        run's wait."""
         self.probes = 0
 
     @property
@@ -227,6 +231,7 @@ class Consensus:
         return self.board.rank == 0
 
     def start(self) -> None:
+        self._unfinished_at_start = frozenset(self._probe())
         self.board.start()
 
     def stop(self) -> None:
@@ -264,7 +269,7 @@ class Consensus:
                 self.board.withdraw()
             return
         self.probes += 1
-        blocked = tuple(self._probe())
+        blocked = tuple(b for b in self._probe() if b not in self._unfinished_at_start)
         report = RankReport(rank=self.board.rank, beat=beat.seq, step=beat.step, blocked=blocked,
                             waited_seconds=waited, working=working and not blocked)
         if not report.same_as(posted):

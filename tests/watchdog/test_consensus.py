@@ -338,3 +338,24 @@ def test_consensus_off_reports_nothing() -> None:
     job = Job(enabled=False)
     job.steps(20)
     assert job.heartbeats[0].consensus_wait() is None
+
+
+def test_an_op_left_unfinished_before_the_watchdog_started_is_not_a_wait() -> None:
+    """The recorder keeps the status of an earlier Trainer's destroyed group in this process: its
+    unfinished op must not make ranks that only wait (every rank in its data loader, say) look
+    blocked in a collective, which would let the consensus declare a hang."""
+    leftover = BlockedIn("gloo", "0", 7)
+    job = Job()
+    job.where.update({r: [leftover] for r in range(3)})
+    for detector in job.detectors:
+        detector.start()  # a new watchdog in the same process: the leftover is there at start
+    job.steps(5)
+    job.start_step()
+    picture, _ = job.polls_until_hang(limit=20)
+    assert picture is None  # every rank waits outside collectives: left to the step threshold
+    reports = job.detectors[0].board.read_all()
+    assert reports is not None and sorted(reports) == [0, 1, 2]
+    assert all(report.blocked == () for report in reports.values())
+    job.where.update({0: [leftover, IN_ALLREDUCE], 2: [leftover, IN_ALLREDUCE]})  # this run's waits count
+    picture, _ = job.polls_until_hang(limit=20)
+    assert picture is not None and sorted(picture.blocked) == [0, 2]
