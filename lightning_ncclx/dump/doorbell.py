@@ -53,10 +53,19 @@ def listening_store(job_store: Any) -> Any | None:
         return None
 
 
+RING_CHUNK = 512
+"""Bells per ``multi_set``. torch's libuv store server applies a request it has only partly
+received and applies it again once the rest arrives, so one 16,384-key request (1.7 MB) set about
+6,600 bells twice: after their listeners had woken and deleted them (measured with
+``bench/bench_store_load.py``). 512 keys (~20 KB) arrive in one read."""
+
+
 def ring_every_rank(store: Any, world_size: int, event_number: int) -> None:
-    """Wake every rank's listener with one request (the value is for the logs only)."""
-    keys = [bell_key(rank) for rank in range(world_size)]
-    store.multi_set(keys, [str(event_number)] * world_size)
+    """Wake every rank's listener, ``RING_CHUNK`` bells per request (the value is for the logs only)."""
+    value = str(event_number)
+    for first in range(0, world_size, RING_CHUNK):
+        keys = [bell_key(rank) for rank in range(first, min(world_size, first + RING_CHUNK))]
+        store.multi_set(keys, [value] * len(keys))
 
 
 class Doorbell:

@@ -187,3 +187,23 @@ def test_a_second_rank_learns_of_an_event_from_its_bell_only(server: Any, tmp_pa
             runtime.stop()
     assert not any(t.name.startswith("ncclx-doorbell") for t in threading.enumerate())
     assert [stores[0].check([bell_key(r)]) for r in (0, 1)] == [False, False]
+
+
+def test_a_ring_sets_every_bell_in_requests_of_at_most_ring_chunk_keys(server: Any) -> None:
+    world = 2 * doorbell_module.RING_CHUNK + 3
+    sent: list[int] = []
+
+    class Recording:
+        """The real store, with the size of each multi_set written down."""
+
+        def __init__(self, store: Any) -> None:
+            self.store = store
+
+        def multi_set(self, keys: list[str], values: list[str]) -> None:
+            sent.append(len(keys))
+            self.store.multi_set(keys, values)
+
+    job = client(server)
+    ring_every_rank(Recording(job), world, event_number=4)
+    assert sent == [doorbell_module.RING_CHUNK, doorbell_module.RING_CHUNK, 3]
+    assert job.multi_get([bell_key(r) for r in range(world)]) == [b"4"] * world
