@@ -70,6 +70,13 @@ def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is extracted from frames
+TRACK_WINDOW = 4096
+"""Newest collectives per group and rank that are compacted and compared. Every rule compares
+ranks over the sequence ids they all hold (a ring buffer of any depth holds only its newest), and
+the ranks of a hung group are within a few collectives of each other, so older entries of a deep
+buffer (the default holds 20,000) add reading time and nothing to the verdict; the straggler
+statistics use at most 2,048 per rank from 1,024 ranks up. The newest unfinished entries are
+found over the whole dump regardless."""
 
 
 def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTrack:
@@ -82,6 +89,12 @@ def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTra
         es = [es[i] for i in order]
         done = None if done is None else bytes(done[i] for i in order)
         seqs = seq_column(es)
+    if len(es) > TRACK_WINDOW:
+        cut = len(es) - TRACK_WINDOW
+        while cut < len(es) and seqs[cut] == seqs[cut - 1]:  # never start inside a coalesced slot
+            cut += 1
+        es, seqs = es[cut:], seqs[cut:]
+        done = None if done is None else done[cut:]
     done = done_column(es, lib) if done is None else done
     times = time_column(es)
     k = max(0, len(es) - CALLSITE_WINDOW)
