@@ -31,7 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STEP_CONFIGS = [("ddp", 0, "ddp, recorder off"), ("ddp_ncclx", 2000, "ddp_ncclx, FR 2000, watchdog"),
                 ("ddp_ncclx", 20000, "ddp_ncclx, FR 20000, watchdog"),
-                ("ddp_ncclx+straggler", 20000, "ddp_ncclx, FR 20000, watchdog, straggler detection")]
+                ("ddp_ncclx+straggler", 20000, "ddp_ncclx, FR 20000, watchdog, straggler detection"),
+                ("ddp_ncclx+nodoorbell", 20000, "ddp_ncclx, FR 20000, watchdog polling the store (no doorbell)")]
 """(strategy, recorder entries, label); straggler detection runs only where the strategy says so."""
 
 
@@ -57,7 +58,8 @@ def bench_steps(devices: int, repeats: int, steps: int, work: Path, straggler_in
             name, _, extra = strategy.partition("+")
             run([sys.executable, str(HERE / "overhead_job.py"), "--out", str(out), "--strategy", name,
                  "--devices", str(devices), "--buffer-size", str(buffer_size), "--steps", str(steps),
-                 "--straggler-interval", str(straggler_interval if extra == "straggler" else 0)], cwd=work)
+                 "--straggler-interval", str(straggler_interval if extra == "straggler" else 0)]
+                + (["--no-doorbell"] if extra == "nodoorbell" else []), cwd=work)
             medians[label].append(json.loads(out.read_text())["median_s"])
     base = statistics.median(medians[STEP_CONFIGS[0][2]])
     return [{"ranks": devices, "config": label, "median_step_ms": statistics.median(v) * 1e3,

@@ -52,6 +52,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--straggler-interval", type=int, default=0, help="0: straggler detection off")
+    parser.add_argument("--no-doorbell", action="store_true", help="watchdog.event_doorbell false (poll the store)")
+    parser.add_argument("--no-watchdog", action="store_true", help="watchdog.enabled false (recorder only)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     strategy: object = args.strategy
@@ -59,7 +61,7 @@ def main() -> int:
         from lightning_ncclx.strategies import DDPNcclxStrategy
 
         straggler = {"enabled": args.straggler_interval > 0, "interval_steps": max(2, args.straggler_interval)}
-        strategy = DDPNcclxStrategy(ncclx={"flight_recorder": {"buffer_size": args.buffer_size}, "watchdog": {"enabled": True},
+        strategy = DDPNcclxStrategy(ncclx={"flight_recorder": {"buffer_size": args.buffer_size}, "watchdog": {"enabled": not args.no_watchdog, "event_doorbell": not args.no_doorbell},
                                            "straggler": straggler})
     else:
         os.environ["TORCH_FR_BUFFER_SIZE"] = str(args.buffer_size)

@@ -127,9 +127,10 @@ class Doorbell:
                            and time.monotonic() - opened >= self._wait.total_seconds() / 2)
                 if ran_out and not self._stopping:
                     continue  # the wait ran its course: renew it
-                if not self._stopping:
-                    log.warning("[rank %d] the event listener lost its store connection; polling for events "
-                                "instead", self.rank, exc_info=True)
+                if not self._stopping:  # also how every job ends for ranks whose store host exits first
+                    log.info("[rank %d] the event listener's store connection ended (%s: %s); the watchdog "
+                             "polls for events instead, and warns if the store is gone", self.rank,
+                             type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "")
                 self._failed = True
                 self._on_ring()
                 return
