@@ -1,10 +1,12 @@
 """The per-rank watchdog thread and the dump events it runs.
 
 Created in ``StallWatchdog.setup`` (never pickled), stopped on teardown and on exception. Every
-poll interval the thread (1) looks in the store for an event another rank started, (2) starts
-an on-demand event when the signal flag is set, (3) starts a stall event when the heartbeat is
-older than its phase's threshold. It never calls a collective, and nothing it does raises into
-training: errors are logged.
+poll interval the thread (1) takes part in an event another rank started, when its doorbell rang
+(:mod:`lightning_ncclx.dump.doorbell`; without one it asks the store every interval), (2) starts
+an on-demand event when the signal flag is set, (3) on rank 0, asks the consensus whether every
+rank agrees on a hang, (4) starts a stall event when the heartbeat is older than its phase's
+threshold. It never calls a collective, and nothing it does raises into training: errors are
+logged.
 """
 
 from __future__ import annotations
