@@ -71,15 +71,32 @@ def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is extracted from frames
 TRACK_WINDOW = 4096
-"""Newest collectives per group and rank that are compacted and compared. Every rule compares
-ranks over the sequence ids they all hold (a ring buffer of any depth holds only its newest), and
-the ranks of a hung group are within a few collectives of each other, so older entries of a deep
-buffer (the default holds 20,000) add reading time and nothing to the verdict; the straggler
-statistics use at most 2,048 per rank from 1,024 ranks up. The newest unfinished entries are
-found over the whole dump regardless."""
+"""Newest collectives per group and rank that are compacted and compared (at most; see
+:func:`track_window`). Every rule compares ranks over the sequence ids they all hold (a ring
+buffer of any depth holds only its newest), and the ranks of a hung group are within a few
+collectives of each other, so older entries of a deep buffer (the default holds 20,000) add
+reading time and nothing to the verdict. Program order looks at the newest 64 calls, call sites
+are kept for the newest 128, straggler statistics use at most ``max(128, 2.1M / ranks)``. The
+newest unfinished entries are found over the whole dump regardless."""
+MIN_TRACK_WINDOW = 512
+WINDOW_CELLS = 8_400_000
+"""Entries compacted per group over all ranks, as the window shrinks with the job's size: 4,096
+per rank up to 2,048 ranks, 2,048 at 4,096 ranks, 512 from 16,384 ranks up."""
 
 
-def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTrack:
+def track_window(world_size: int) -> int:
+    return max(MIN_TRACK_WINDOW, min(TRACK_WINDOW, WINDOW_CELLS // max(1, world_size)))
+
+
+def _declared_world(pg_config: dict[str, tuple[str, tuple[int, ...]]]) -> int:
+    """The job's size as this dump declares it (its default group's members), 0 when unknown."""
+    for desc, ranks in pg_config.values():
+        if desc == "default_pg" and ranks:
+            return len(ranks)
+    return 0
+
+
+def _track(lib: str, name: str, es: list, done: bytes | None = None, window: int | None = None) -> GroupTrack:
     """Compact one group's entries (all C-level columns; see :mod:`columns`)."""
     seqs = seq_column(es)
     if seqs and min(seqs) < 0:
@@ -89,8 +106,9 @@ def _track(lib: str, name: str, es: list, done: bytes | None = None) -> GroupTra
         es = [es[i] for i in order]
         done = None if done is None else bytes(done[i] for i in order)
         seqs = seq_column(es)
-    if len(es) > TRACK_WINDOW:
-        cut = len(es) - TRACK_WINDOW
+    window = TRACK_WINDOW if window is None else window
+    if len(es) > window:
+        cut = len(es) - window
         while cut < len(es) and seqs[cut] == seqs[cut - 1]:  # never start inside a coalesced slot
             cut += 1
         es, seqs = es[cut:], seqs[cut:]
@@ -223,10 +241,12 @@ def _compact(dump: dict, entries: list, names: list[str], rank: int, path: str, 
     lib = _pick_lib(libs, lib_hint)
     by_group, p2p_entries = _partition(entries)
     done_all = done_column(entries, lib)
+    pg_config = parse_pg_config(dump.get("pg_config"))
+    window = track_window(_declared_world(pg_config))
     if len(by_group) == 1 and not p2p_entries:  # the common case: reuse the whole-dump column
-        tracks = {g: _track(lib, g, es, done_all) for g, es in by_group.items()}
+        tracks = {g: _track(lib, g, es, done_all, window) for g, es in by_group.items()}
     else:
-        tracks = {g: _track(lib, g, es) for g, es in by_group.items()}
+        tracks = {g: _track(lib, g, es, window=window) for g, es in by_group.items()}
     p2p = []
     for e in p2p_entries:
         done = bool(e.get("retired")) if lib == "gloo" else (e.get("state") == "completed" or bool(e.get("retired")))
@@ -240,7 +260,7 @@ def _compact(dump: dict, entries: list, names: list[str], rank: int, path: str, 
     newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
     newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
     comm = dump.get("comm_lib_version")
-    return RankTrace(rank, lib, path, version, parse_pg_config(dump.get("pg_config")), tracks, tuple(p2p),
+    return RankTrace(rank, lib, path, version, pg_config, tracks, tuple(p2p),
                      tuple(open_ops), len(entries), newest,
                      comm_lib_version=comm[:100] if isinstance(comm, str) else "")
 

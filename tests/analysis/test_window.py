@@ -12,7 +12,7 @@ from synth import dump, entry, write
 
 from lightning_ncclx.analysis import Verdict, analyze_folder
 from lightning_ncclx.analysis import parse
-from lightning_ncclx.analysis.parse import TRACK_WINDOW, build_trace
+from lightning_ncclx.analysis.parse import MIN_TRACK_WINDOW, TRACK_WINDOW, build_trace, track_window
 
 WORLD3 = {"0": ("default_pg", [0, 1, 2])}
 
@@ -92,3 +92,17 @@ def test_an_extra_collective_near_the_end_of_a_deep_history(tmp_path: Path, monk
     s = analyze_folder(tmp_path)
     assert s.verdict is Verdict.EXTRA_COLLECTIVE and s.culprit_ranks == (1,), s.headline
     assert "train.py:30 in sync_metric" in s.findings[0].message
+
+
+def test_the_window_shrinks_with_the_job_size_down_to_its_floor() -> None:
+    assert [track_window(n) for n in (0, 3, 2048, 4096, 8192, 16384, 65536)] == [
+        TRACK_WINDOW, TRACK_WINDOW, TRACK_WINDOW, 2050, 1025, MIN_TRACK_WINDOW, MIN_TRACK_WINDOW]
+
+
+def test_a_dump_of_a_16k_rank_job_compacts_its_newest_512_and_one_without_a_size_4096() -> None:
+    es = [entry(i, i + 1) for i in range(2000)]
+    big = build_trace(dump(es, {"0": ("default_pg", list(range(16384)))}), 5, "rank_5.pkl")
+    assert len(big.groups["0"].seqs) == MIN_TRACK_WINDOW and big.groups["0"].newest_seq == 2000
+    deep = [entry(i, i + 1, pg=("3", "tp")) for i in range(TRACK_WINDOW + 10)]
+    unsized = build_trace(dump(deep, {"3": ("tp", [0, 1])}), 0, "rank_0.pkl")  # no default group declared
+    assert len(unsized.groups["3"].seqs) == TRACK_WINDOW
