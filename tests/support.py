@@ -9,9 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -112,3 +113,22 @@ class FakeClock:
         self.now += seconds
 
     sleep = advance
+
+
+@contextmanager
+def one_rank_gloo(store_file: Path, sub_desc: str = "my_sub", calls_in_sub: int = 1) -> Iterator[Any]:
+    """A real 1-rank gloo job (file store) with a subgroup ``sub_desc``: one all_reduce in the
+    default group, ``calls_in_sub`` in the subgroup; the subgroup is yielded, the job destroyed."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=0, world_size=1)
+    try:
+        sub = dist.new_group([0], backend="gloo", group_desc=sub_desc)
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        for _ in range(calls_in_sub):
+            dist.all_reduce(t, group=sub)
+        yield sub
+    finally:
+        dist.destroy_process_group()

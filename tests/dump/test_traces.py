@@ -15,19 +15,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from support import one_rank_gloo
 from lightning_ncclx.dump import traces
 from lightning_ncclx.dump.traces import BackendInUse, backends_in_use, device_backends, dump_traces, fix_pg_config, real_pg_config
 
 
 @pytest.fixture
 def gloo_world(tmp_path: Path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    sub = dist.new_group([0], backend="gloo", group_desc="my_sub")
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    dist.all_reduce(t, group=sub)
-    yield
-    dist.destroy_process_group()
+    with one_rank_gloo(tmp_path / "store"):
+        yield
 
 
 @pytest.mark.parametrize(("name", "tag"), [("NCCL", "nccl"), ("nccl", "nccl"), ("nccl-legacy", "nccl"),

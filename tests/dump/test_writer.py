@@ -7,9 +7,8 @@ import pickle
 from pathlib import Path
 
 import pytest
-import torch
-import torch.distributed as dist
 
+from support import one_rank_gloo
 from lightning_ncclx.dump.traces import backends_in_use, fix_pg_config
 from lightning_ncclx.dump.writer import format_stacks, write_rank_dump
 from lightning_ncclx.files import atomic_write_text
@@ -17,13 +16,8 @@ from lightning_ncclx.files import atomic_write_text
 
 @pytest.fixture
 def gloo_world(tmp_path: Path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    sub = dist.new_group([0], backend="gloo", group_desc="my_sub")
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    dist.all_reduce(t, group=sub)
-    yield
-    dist.destroy_process_group()
+    with one_rank_gloo(tmp_path / "store"):
+        yield
 
 
 def test_rank_dump_has_trace_stacks_and_context(tmp_path: Path, gloo_world) -> None:

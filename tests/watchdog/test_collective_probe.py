@@ -10,23 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
 
+from support import one_rank_gloo
 from lightning_ncclx.watchdog import collective_probe
 from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_collectives, blocked_from_status
 
 
 @pytest.fixture
 def gloo_world(tmp_path: Path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    sub = dist.new_group([0], backend="gloo", group_desc="sub")
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    dist.all_reduce(t, group=sub)
-    dist.all_reduce(t, group=sub)
-    yield
-    dist.destroy_process_group()
+    with one_rank_gloo(tmp_path / "store", sub_desc="sub", calls_in_sub=2):
+        yield
 
 
 def test_label_and_order() -> None:
