@@ -39,3 +39,14 @@ def collectives(n: int, *, lib: str = "nccl", last_state: str = "completed", sta
         out[-1]["state"] = last_state
         out[-1]["retired"] = last_state == "completed"
     return out
+
+
+def cross_group_deadlock(folder: Path) -> Path:
+    """Two ranks, groups 0 (default_pg) and 1 (tp): rank 0 waits in tp while rank 1 waits in the
+    default group, each for the other. Returns ``folder``."""
+    groups = {"0": ("default_pg", [0, 1]), "1": ("tp", [0, 1])}
+    for r in range(2):
+        es = [entry(0, 1), entry(1, 1, pg=("1", "tp")), entry(2, 2),
+              entry(3, 2, pg=("1", "tp"), state="started") if r == 0 else entry(3, 3, state="started")]
+        write(folder, f"rank_{r:05d}.nccl.fr.pkl", dump(es, groups))
+    return folder

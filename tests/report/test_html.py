@@ -22,7 +22,7 @@ from lightning_ncclx.analysis.model import Summary
 from lightning_ncclx.report.html import _abbreviation, embed_json, render_html
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-from synth import collectives, dump, entry, write  # noqa: E402
+from synth import collectives, cross_group_deadlock, dump, write  # noqa: E402
 
 EVIL_HOST = '<img src=x onerror="alert(1)">'
 EVIL_DESC = "<script>alert('pg')</script>"
@@ -164,12 +164,7 @@ def test_a_job_without_recorded_collectives_says_so_instead_of_a_grid(tmp_path: 
 
 def test_a_timeline_over_several_groups_has_a_legend_naming_them(tmp_path: Path) -> None:
     """Rank 0 waits in group 1 (tp) while rank 1 waits in group 0: a cross-group deadlock."""
-    groups = {"0": ("default_pg", [0, 1]), "1": ("tp", [0, 1])}
-    for r in range(2):
-        es = [entry(0, 1), entry(1, 1, pg=("1", "tp")), entry(2, 2),
-              entry(3, 2, pg=("1", "tp"), state="started") if r == 0 else entry(3, 3, state="started")]
-        write(tmp_path / "g", f"rank_{r:05d}.nccl.fr.pkl", dump(es, groups))
-    page = render_html(analyze_folder(tmp_path / "g"))
+    page = render_html(analyze_folder(cross_group_deadlock(tmp_path / "g")))
     assert '<p class="legend">groups: 0: default_pg; 1: tp</p>' in page
     headers = re.findall(r'<div class="hd( div)?" title="[^"]*">([^<]*)</div>', page)
     assert [h for _, h in headers] == ["0:1", "1:1", "0:2", "0:3", "1:2"]

@@ -24,7 +24,7 @@ from lightning_ncclx.analysis.model import Duplicate, RankRow, Summary, Unreadab
 from lightning_ncclx.report.text import _ranks, display_rows, input_tally, kind_lines, render_markdown, render_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-from synth import collectives, dump, entry, write  # noqa: E402
+from synth import collectives, cross_group_deadlock, dump, write  # noqa: E402
 
 
 @pytest.fixture
@@ -175,12 +175,7 @@ def test_markdown_of_no_hang_has_no_culprit_table(healthy: Summary, hung: Summar
 
 def test_a_deadlock_across_groups_is_stated_in_the_header(tmp_path: Path) -> None:
     """Rank 0 waits in group 1 (tp) while rank 1 waits in group 0."""
-    groups = {"0": ("default_pg", [0, 1]), "1": ("tp", [0, 1])}
-    for r in range(2):
-        es = [entry(0, 1), entry(1, 1, pg=("1", "tp")), entry(2, 2),
-              entry(3, 2, pg=("1", "tp"), state="started") if r == 0 else entry(3, 3, state="started")]
-        write(tmp_path / "g", f"rank_{r:05d}.nccl.fr.pkl", dump(es, groups))
-    lines = render_text(analyze_folder(tmp_path / "g")).splitlines()
+    lines = render_text(analyze_folder(cross_group_deadlock(tmp_path / "g"))).splitlines()
     hang = next(i for i, line in enumerate(lines) if line.startswith("HANG: "))
     header = lines[hang:lines.index("")]
     assert [line for line in header if "deadlock" in line] == [
