@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_analyzer import _dump_bytes  # noqa: E402
 
-from lightning_ncclx.dump.coordinator import pack_files, pack_named  # noqa: E402
+from lightning_ncclx.events.packing import pack_files, pack_named  # noqa: E402
 from lightning_ncclx.dump.digest import digest_files  # noqa: E402
 
 STACKS = ("--- thread 'ncclx-watchdog-rank5' (id 2) ---\n" + "  File \"threading.py\", line 1, in run\n" * 12

@@ -1,8 +1,8 @@
 """How the watchdog's store traffic grows with the number of ranks, by simulation.
 
 One real ``TCPStore`` server (torch's, libuv backend) in its own process, and N clients that do
-exactly what each rank's watchdog does through ``lightning_ncclx.dump.coordinator`` and
-``lightning_ncclx.dump.doorbell``: the same keys and calls. Two watchdog modes, side by side:
+exactly what each rank's watchdog does through ``lightning_ncclx.events.coordinator`` and
+``lightning_ncclx.events.doorbell``: the same keys and calls. Two watchdog modes, side by side:
 
 - ``doorbell`` (the default, ``event_doorbell: true``): each client holds one blocking ``wait``
   on ``bell/<rank>``; the initiator proposes (``compare_set``) and rings every bell with one
@@ -42,8 +42,8 @@ from datetime import timedelta
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lightning_ncclx.dump.coordinator import STORE_PREFIX as PREFIX  # noqa: E402
-from lightning_ncclx.dump.doorbell import ring_every_rank  # noqa: E402
+from lightning_ncclx.events.keys import STORE_PREFIX as PREFIX  # noqa: E402
+from lightning_ncclx.events.doorbell import ring_every_rank  # noqa: E402
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("analysis",),
     ("report",),
     ("dump",),
+    ("events",),
     ("watchdog", "straggler"),
     ("strategies", "hydra_store"),
     ("registration", "cli", "zero_code", "zero_code_callback", "__init__"),

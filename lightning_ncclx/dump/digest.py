@@ -1,6 +1,6 @@
 """A rank's dump cut down to what a diagnosis needs first: the frontier of every group.
 
-The two-phase gather (see :mod:`lightning_ncclx.dump.summarize`) sends every rank's digest
+The two-phase gather (see :mod:`lightning_ncclx.events.gather`) sends every rank's digest
 through the store and full dumps only from the culprits and a few peers, so an event at 16k
 ranks moves megabytes, not gigabytes. A digest is the same files in the same format, smaller:
 

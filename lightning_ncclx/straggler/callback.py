@@ -81,8 +81,10 @@ class StragglerDetector(Callback):
     def _start(self, trainer: Any, pl_module: Any) -> None:
         import torch.distributed as dist
 
-        from lightning_ncclx.dump.coordinator import open_job_store
+        from torch.distributed.distributed_c10d import _get_default_store
+
         from lightning_ncclx.dump.writer import host_name
+        from lightning_ncclx.events.connection import shared_client
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             log.debug("straggler detection: a single process has no peers to compare with; off")
@@ -94,7 +96,8 @@ class StragglerDetector(Callback):
         cuda = self.config.cuda_events and getattr(getattr(pl_module, "device", None), "type", "cpu") == "cuda"
         self._recorder = StepRecorder(use_cuda_events=cuda)
         self._batches = 0
-        runtime = StragglerRuntime(self.config, rank=rank, world_size=world, store=open_job_store(), host=host_name(),
+        store = shared_client(_get_default_store(), op_timeout_seconds=self.config.poll_interval_seconds)
+        runtime = StragglerRuntime(self.config, rank=rank, world_size=world, store=store, host=host_name(),
                                    fit=fit, dump_dir=dump_dir)
         runtime.start()
         self._runtime = runtime
@@ -112,6 +115,9 @@ class StragglerDetector(Callback):
             runtime.stop()
         except Exception:  # noqa: BLE001
             log.warning("stopping straggler detection failed", exc_info=True)
+        from lightning_ncclx.events.connection import release_client
+
+        release_client(runtime.store)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._stop(trainer)

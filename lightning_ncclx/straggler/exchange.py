@@ -1,21 +1,31 @@
 """The store side of straggler detection: O(ranks) small keys per interval, no collective.
 
-Keys (under the job store's ``lightning_ncclx/`` prefix, see ``dump.coordinator.open_job_store``):
+Keys (under the plugin's ``lightning_ncclx/`` prefix, through the connection the watchdog shares,
+``lightning_ncclx.events.connection.shared_client``):
 
 ``straggler/<fit>/<interval>/<rank>``  one rank's ``IntervalSummary`` as compact JSON
 ``straggler/<fit>/<interval>/n``       counter of ranks that wrote theirs (``add``)
 
 ``<fit>`` counts the fits of this process (every rank runs the same sequence), so a second
-``trainer.fit`` never reads the first one's keys. Only non-blocking calls are used by the
-reader (``add(key, 0)`` and ``check`` before ``get``); it deletes an interval's keys once read.
+``trainer.fit`` never reads the first one's keys. The reader only uses requests that never wait
+(``add(key, 0)`` and non-blocking reads), checks every value (another store client may have
+written it: it must name the rank of its key, with finite, non-negative seconds) and deletes an
+interval's keys once read.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 from typing import Any
 
 from lightning_ncclx.straggler.timings import IntervalSummary
+
+log = logging.getLogger(__name__)
+
+MAX_SUMMARY_BYTES = 16 * 1024
+MAX_PARTS = 32
 
 
 def _base(fit: int, interval: int) -> str:
@@ -34,13 +44,36 @@ def arrived(store: Any, fit: int, interval: int) -> int:
 
 
 def collect(store: Any, fit: int, interval: int, world_size: int) -> list[IntervalSummary]:
-    """Read and delete the summaries that are there; a rank that has not published is left out."""
+    """Read and delete the summaries that are there; a rank that has not published, or whose
+    value is not a summary of that rank and interval, is left out."""
     base = _base(fit, interval)
+    keys = [f"{base}/{rank}" for rank in range(world_size)]
     found = []
-    for rank in range(world_size):
-        key = f"{base}/{rank}"
-        if store.check([key]):
-            found.append(IntervalSummary.from_compact(json.loads(store.get(key))))
-            store.delete_key(key)
+    for rank, (key, raw) in enumerate(zip(keys, store.multi_get(keys))):
+        if not raw:
+            continue
+        summary = parse_summary(raw, rank, interval)
+        if summary is not None:
+            found.append(summary)
+        store.delete_key(key)
     store.delete_key(f"{base}/n")
     return found
+
+
+def parse_summary(raw: bytes, rank: int, interval: int) -> IntervalSummary | None:
+    """One rank's summary, or None (logged) when it is not what :func:`publish` writes."""
+    try:
+        if len(raw) > MAX_SUMMARY_BYTES:
+            raise ValueError(f"{len(raw)} bytes")
+        data = json.loads(raw)
+        summary = IntervalSummary.from_compact(data)
+        parts = summary.parts
+        if (summary.rank != rank or summary.interval != interval or not 0 <= summary.batches < 1 << 31
+                or len(parts) > MAX_PARTS or len(summary.host) > 256
+                or not all(math.isfinite(v) and 0.0 <= v < 1e9 for v in parts.values())):
+            raise ValueError("fields out of range")
+    except (ValueError, TypeError, KeyError, OverflowError, AttributeError, RecursionError) as error:
+        log.warning("straggler: rank %d's summary of interval %d refused (%s)", rank, interval,
+                    str(error)[:120])
+        return None
+    return summary

@@ -14,7 +14,6 @@ import logging
 import queue
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,6 @@ log = logging.getLogger(__name__)
 
 FINAL_WAIT_SECONDS = 3.0
 """At stop, how long the reading rank waits for the peers' last interval."""
-
-_active: "weakref.WeakSet[StragglerRuntime]" = weakref.WeakSet()
-
 
 class StragglerRuntime:
     """Queue, thread and (on the reading rank) scores of one rank during one fit."""
@@ -59,7 +55,6 @@ class StragglerRuntime:
     # ------------------------------------------------------------------ main thread
     def start(self) -> None:
         self._thread.start()
-        _active.add(self)
 
     def submit(self, interval: int, records: list[StepRecord]) -> None:
         """Hand one interval's records to the thread (never blocks)."""
@@ -81,7 +76,6 @@ class StragglerRuntime:
             self._thread.join(timeout_seconds)
             if self._thread.is_alive():
                 log.warning("[rank %d] straggler thread still busy at shutdown; left behind (daemon)", self.rank)
-        _active.discard(self)
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -185,14 +179,3 @@ class StragglerRuntime:
         except OSError:
             log.warning("[rank %d] writing %s/stragglers.json failed", self.rank, target, exc_info=True)
             return None
-
-
-def write_stragglers_json(folder: str | Path) -> Path | None:
-    """Write what live straggler detection knows into ``folder`` (e.g. a stall event's folder).
-
-    Safe from any thread; does nothing (returns None) where this process is not the reading rank
-    or detection is not running. Meant for the watchdog's stall event."""
-    for runtime in list(_active):
-        if runtime.reader:
-            return runtime.write_json(Path(folder))
-    return None

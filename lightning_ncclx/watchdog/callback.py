@@ -38,6 +38,16 @@ def _global_step(trainer: Any) -> int | None:
         return None
 
 
+def _stragglers_writer(trainer: Any) -> Any:
+    """The ``write_stragglers_json`` of this Trainer's straggler detector, if it has one: the
+    stall event's folder then holds the straggler scores too."""
+    for callback in list(getattr(trainer, "callbacks", None) or []):
+        writer = getattr(callback, "write_stragglers_json", None)
+        if callable(writer):
+            return writer
+    return None
+
+
 class StallWatchdog(Callback):
     """Notices a stalled step on any rank, dumps every rank and writes one summary.
 
@@ -83,6 +93,7 @@ class StallWatchdog(Callback):
             runtime.cuda_device = cuda_index(getattr(getattr(trainer, "strategy", None), "root_device", None))
             runtime.on_summarized = lambda event, kind, advice: self._record_kind(trainer, event, kind, advice,
                                                                                     self.config)
+            runtime.stragglers_writer = _stragglers_writer(trainer)
             runtime.start()
             self._runtime = runtime
             self._watch_checkpoints(trainer)

@@ -1,12 +1,14 @@
 """The per-rank watchdog thread and the dump events it runs.
 
 Created in ``StallWatchdog.setup`` (never pickled), stopped on teardown and on exception. Every
-poll interval the thread (1) takes part in an event another rank started, when its doorbell rang
-(:mod:`lightning_ncclx.dump.doorbell`; without one it asks the store every interval), (2) starts
-an on-demand event when the signal flag is set, (3) on rank 0, asks the consensus whether every
-rank agrees on a hang, (4) starts a stall event when the heartbeat is older than its phase's
+poll interval the thread (1) follows the events this rank took part in until their outcome
+(:mod:`participation`), (2) takes part in an event another rank started, when its doorbell rang
+(:mod:`lightning_ncclx.events.doorbell`; without one it asks the store every interval), (3)
+starts an on-demand event when the signal flag is set, (4) on rank 0, asks the consensus whether
+every rank agrees on a hang, (5) starts a stall event when the heartbeat is older than its phase's
 threshold. It never calls a collective, and nothing it does raises into training: errors are
-logged.
+logged. Its store connection is opened from the thread itself (``setup`` never waits on the
+network) and shared with the consensus and straggler detection.
 """
 
 from __future__ import annotations
@@ -20,32 +22,32 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lightning_ncclx.config import StallAction, WatchdogConfig, exit_code_for
-from lightning_ncclx.dump.coordinator import EventCoordinator, EventInfo, open_job_store
-from lightning_ncclx.dump.doorbell import Doorbell, listening_store
-from lightning_ncclx.dump.digest import digest_files
-from lightning_ncclx.dump.liveness import this_process
+from lightning_ncclx.config import StallAction, WatchdogConfig
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
-from lightning_ncclx.dump.summarize import CollectionResult, collect_and_summarize
-from lightning_ncclx.dump.writer import format_stacks, host_name, write_rank_dump
-from lightning_ncclx.straggler import write_stragglers_json
+from lightning_ncclx.dump.writer import format_stacks
+from lightning_ncclx.events.connection import StoreClient, release_client, shared_client
+from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.doorbell import Doorbell
+from lightning_ncclx.events.gather import CollectionResult, gather_and_summarize
+from lightning_ncclx.events.liveness import this_process
+from lightning_ncclx.events.wire import EventMeta
 from lightning_ncclx.watchdog.activity import main_thread_phase
 from lightning_ncclx.watchdog.consensus import Consensus, ConsensusBoard, Picture
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
+from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, EventParticipation, scaled
 from lightning_ncclx.watchdog.teardown_guard import guard_exit
 from lightning_ncclx.watchdog.triggers import FileTrigger, SignalWakeup, checks_file_trigger
 
 log = logging.getLogger(__name__)
 
-EXIT_WAIT_MARGIN_SECONDS = 60.0
-"""How much longer than ``collect_timeout_seconds`` a rank waits for the summary before exiting."""
 LEAVE_WAIT_SECONDS = 5.0
-"""How long the store's host waits for every rank to say it leaves."""
+"""How long the store's host waits for every rank to say it leaves (plus a second per 256 ranks)."""
 ON_DEMAND_MIN_GAP_SECONDS = 5.0
 """A second request within this long after an on-demand dump is ignored (a signal sent to every
 rank at once is one request)."""
 PARENT_EXIT_WAIT_SECONDS = 30.0
 """How long a rank started by another rank's process waits for that parent to exit first."""
+ARM_RETRY_SECONDS = 5.0
 
 
 def _job_identity() -> tuple[int, int, Any]:
@@ -53,7 +55,9 @@ def _job_identity() -> tuple[int, int, Any]:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), open_job_store()
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return dist.get_rank(), dist.get_world_size(), _get_default_store()
     return 0, 1, dist.HashStore()
 
 
@@ -67,18 +71,24 @@ class WatchdogRuntime:
         self.dump_dir = Path(dump_dir)
         self.stack_traces = stack_traces
         self.heartbeat = Heartbeat(config, clock=clock)
-        self.rank, self.world_size, store = _job_identity()
-        self.coordinator = EventCoordinator(store, self.rank, self.world_size, clock=clock)
+        self.rank, self.world_size, job_store = _job_identity()
+        self.client: StoreClient = shared_client(job_store, op_timeout_seconds=config.poll_interval_seconds)
+        self.coordinator = EventCoordinator(
+            self.client, self.rank, self.world_size, clock=clock,
+            stale_after_seconds=scaled(config.collect_timeout_seconds + 2 * EXIT_WAIT_MARGIN_SECONDS, self.world_size))
         self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
-        self.doorbell = self._open_doorbell(store)
+        self.doorbell = self._open_doorbell(job_store)
         self.coordinator.rings_doorbells = self.doorbell is not None
         self._poll_again = True
         """Ask the store for the next event at the next tick even without a ring (at the start,
         and after an event: another may have followed it)."""
-        self.consensus = Consensus(config.consensus, ConsensusBoard(store, self.rank, self.world_size), self.heartbeat,
-                                   poll_interval_seconds=config.poll_interval_seconds, clock=clock)
+        self.consensus = Consensus(config.consensus, ConsensusBoard(self.client, self.rank, self.world_size),
+                                   self.heartbeat, poll_interval_seconds=config.poll_interval_seconds, clock=clock)
+        self.participation = EventParticipation(self)
+        self._armed = False
+        self._next_arm = 0.0
         self._consensus_failures = 0
-        self._detection: dict | None = None
+        self.detection: dict | None = None
         """How the stall this rank is starting now was found (context.json ``detection``)."""
         self.stall_events = 0
         self.on_demand_events = 0
@@ -90,6 +100,9 @@ class WatchdogRuntime:
         """Called from the watchdog thread after each dump of this rank, with the event's reason."""
         self.on_summarized: Callable[[str, str, dict], None] | None = None
         """Called on the initiating rank after an event's summary is written (hang kind known)."""
+        self.stragglers_writer: Callable[[Path], Any] | None = None
+        """Handed over by the callback where straggler detection runs: writes its scores into an
+        event folder (``stragglers.json``)."""
         self._exit_fn = exit_fn or _hard_exit
         self._event_lock = threading.Lock()
         self._stop = threading.Event()
@@ -103,33 +116,18 @@ class WatchdogRuntime:
         self._clock = clock
         self._thread = threading.Thread(target=self._run, name=f"ncclx-watchdog-rank{self.rank}", daemon=True)
 
-    def _open_doorbell(self, store: Any) -> Doorbell | None:
+    def _open_doorbell(self, job_store: Any) -> Doorbell | None:
         if not self.config.event_doorbell or self.world_size < 2:
             return None
-        try:
-            listen = listening_store(store)
-        except Exception:  # noqa: BLE001 - then the thread polls, as without a doorbell
-            log.warning("[rank %d] no event doorbell: polling the store for events", self.rank, exc_info=True)
-            return None
-        if listen is None:
-            return None
-        return Doorbell(listen, store, self.rank, on_ring=lambda: self._wakeup.wake())
+        return Doorbell.for_store(job_store, self.client, self.rank, on_ring=lambda: self._wakeup.wake())
 
     # ------------------------------------------------------------------------------ life cycle
     def start(self) -> None:
-        try:
-            past = self.coordinator.skip_past_events()
-            if past:
-                log.debug("[rank %d] %d earlier dump event(s) in the store: skipped", self.rank, past)
-            self.coordinator.register_process(this_process(self.rank))
-        except Exception:  # noqa: BLE001 - a store that cannot answer now is retried by every poll
-            log.warning("[rank %d] could not read earlier dump events or register this process in the store",
-                        self.rank, exc_info=True)
-        if self.config.consensus.enabled:
-            try:
-                self.consensus.start()
-            except Exception:  # noqa: BLE001 - without its key, rank 0 never decides: the threshold still works
-                log.warning("[rank %d] could not register for consensus hang detection", self.rank, exc_info=True)
+        """Main thread: register with the store (a few requests; a store that cannot be reached
+        within the short connect timeout is retried from the thread), the signal handler and the
+        threads."""
+        with self._event_lock:
+            self._ensure_armed()
         if self.doorbell is not None:
             self.doorbell.start()
         try:
@@ -144,6 +142,29 @@ class WatchdogRuntime:
                 log.warning("[rank %d] the native stack timer could not start", self.rank, exc_info=True)
         self._thread.start()
         log.debug("[rank %d] stall watchdog started, dumps go to %s", self.rank, self.dump_dir)
+
+    def _ensure_armed(self) -> bool:
+        """Once, from the thread (retried every ``ARM_RETRY_SECONDS`` while the store cannot
+        answer): skip earlier events, register this process, post the empty consensus report."""
+        if self._armed or self._clock() < self._next_arm:
+            return self._armed
+        try:
+            past = self.coordinator.skip_past_events()
+            if past:
+                log.debug("[rank %d] %d earlier dump event(s) in the store: skipped", self.rank, past)
+            self.coordinator.register_process(this_process(self.rank))
+        except Exception:  # noqa: BLE001 - a store that cannot answer now: retried
+            self._next_arm = self._clock() + ARM_RETRY_SECONDS
+            log.warning("[rank %d] could not read earlier dump events or register this process in the store; "
+                        "retrying in %.0f s", self.rank, ARM_RETRY_SECONDS, exc_info=True)
+            return False
+        if self.config.consensus.enabled:
+            try:
+                self.consensus.start()
+            except Exception:  # noqa: BLE001 - without its key, rank 0 never decides: the threshold still works
+                log.warning("[rank %d] could not register for consensus hang detection", self.rank, exc_info=True)
+        self._armed = True
+        return True
 
     def stop(self, timeout_seconds: float | None = None) -> None:
         self._stop.set()
@@ -163,6 +184,7 @@ class WatchdogRuntime:
             except Exception:  # noqa: BLE001 - the store's host may have gone first
                 log.debug("[rank %d] removing the consensus key failed", self.rank, exc_info=True)
         self._wakeup.close()
+        release_client(self.client)
         try:
             self._native.stop()
         except Exception:  # noqa: BLE001
@@ -190,7 +212,13 @@ class WatchdogRuntime:
 
     def _tick(self) -> None:
         with self._event_lock:
-            if self._events_may_be_waiting():
+            if not self._ensure_armed():
+                return
+            rung = self.doorbell.take() if self.doorbell is not None else False
+            self.participation.follow(rung=rung)
+            if self._stop.is_set():
+                return
+            if self._poll_again or rung or not self.listening():
                 event = self.coordinator.poll()
                 self._poll_again = event is not None
                 if event is not None:
@@ -217,11 +245,13 @@ class WatchdogRuntime:
                 log.warning("[rank %d] max_dumps_per_run=%d reached: not dumping", self.rank,
                             self.config.max_dumps_per_run)
                 return
-            self._take_part(self.coordinator.propose("stall"))
+            self._start_event("stall")
 
-    def _events_may_be_waiting(self) -> bool:
-        doorbell = self.doorbell
-        return self._poll_again or doorbell is None or not doorbell.listening or doorbell.take()
+    def _start_event(self, reason: str) -> None:
+        event = self.coordinator.propose(reason)
+        if event is not None:
+            self._take_part(event)
+            self._poll_again = True  # another event may have followed it
 
     def _consensus_tick(self) -> Picture | None:
         if not self.config.consensus.enabled:
@@ -243,12 +273,12 @@ class WatchdogRuntime:
             log.warning("[rank %d] max_dumps_per_run=%d reached: not dumping", self.rank, self.config.max_dumps_per_run)
             self.heartbeat.mark_reported(beat.seq)
             return
-        self._detection = {"by": "consensus", "picture": picture.describe(),
-                           "blocked_ranks": sorted(picture.blocked), "busy_ranks": picture.busy}
+        self.detection = {"by": "consensus", "picture": picture.describe(),
+                          "blocked_ranks": sorted(picture.blocked), "busy_ranks": picture.busy}
         try:
-            self._take_part(self.coordinator.propose("stall"))
+            self._start_event("stall")
         finally:
-            self._detection = None
+            self.detection = None
 
     def _starvation_seconds(self) -> float:
         """How long this thread may go without running before its rank's stacks are written
@@ -285,92 +315,68 @@ class WatchdogRuntime:
                             self.config.max_on_demand_dumps)
                 self._on_demand_limit_logged = True
             return
-        self._take_part(self.coordinator.propose("on_demand"))
+        self._start_event("on_demand")
 
     # ------------------------------------------------------------------------------ events
-    def _take_part(self, event: EventInfo, exception: str | None = None) -> CollectionResult | None:
-        """Dump this rank into the event's folder; the initiator then collects and summarizes.
-        Caller holds ``_event_lock``."""
-        initiator = event.initiator == self.rank
+    def _take_part(self, event: EventMeta, exception: str | None = None) -> CollectionResult | None:
+        """Caller holds ``_event_lock``. See :mod:`participation`."""
+        return self.participation.take_part(event, exception)
+
+    def native_stacks_disarm(self) -> None:
         self._native.disarm()
-        if event.reason == "stall":
-            self.heartbeat.mark_reported()  # this stall is being handled: no second alarm for it
-            self.stall_events += 1
-        if event.reason == "on_demand":
-            self._last_on_demand = self._clock()
-            self.on_demand_events += 1
-        folder = self.dump_dir / event.name
-        progress = dict(self.heartbeat.progress(), stall_events=self.stall_events)
-        if initiator and event.reason == "stall":
-            progress["detection"] = self._detection or {"by": "step_threshold"}
-        files = write_rank_dump(
-            folder, event=event.name, reason=event.reason if initiator else "peer_request",
-            initiator_rank=event.initiator, progress=progress, stack_traces=self.stack_traces,
-            exception=exception if initiator else None, cuda_device=self.cuda_device,
-        )
-        log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", self.rank, event.name,
-                    event.reason, event.initiator, len(files), folder)
+
+    def note_on_demand(self) -> None:
+        self._last_on_demand = self._clock()
+        self.on_demand_events += 1
+
+    def clock(self) -> float:
+        return self._clock()
+
+    def listening(self) -> bool:
+        return self.doorbell is not None and self.doorbell.listening
+
+    def allowed_exit_codes(self) -> set[int]:
+        return {self.config.exit_code, *self.config.exit_codes.values()}
+
+    def site_now(self) -> str | None:
+        """Where the main thread is (for the consensus to learn from a recovery), if it can tell."""
+        site_now = getattr(self.consensus, "site_now", None)
+        if site_now is None:
+            return None
         try:
-            write_stragglers_json(folder)  # the straggler scores up to now (only rank 0's process has them)
+            return site_now()
+        except Exception:  # noqa: BLE001
+            log.debug("[rank %d] reading the main thread's site failed", self.rank, exc_info=True)
+            return None
+
+    def learn_recovery(self, site: str | None, seconds: float) -> None:
+        learn = getattr(self.consensus, "learn_recovery", None)
+        if learn is None:
+            return
+        try:
+            learn(site, seconds)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] recording the recovered wait failed", self.rank, exc_info=True)
+
+    def write_side_files(self, folder: Path) -> None:
+        """What other parts of the plugin know, into the event folder (the straggler scores)."""
+        writer = self.stragglers_writer
+        if writer is None:
+            return
+        try:
+            writer(folder)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] writing stragglers.json into %s failed", self.rank, folder, exc_info=True)
-        self.events_taken_part += 1
-        two_phase = self.config.two_phase_gather(self.world_size)
-        try:
-            digest = digest_files(files) if two_phase and not initiator else None
-            self.coordinator.announce_dumped(event, host_name(), files, folder, self.config.gather_through_store,
-                                             digest=digest)
-        except Exception:  # noqa: BLE001
-            log.warning("[rank %d] announcing the dump through the store failed", self.rank, exc_info=True)
-        try:
-            gone = self.coordinator.check_local_peers(event)
-            if gone:
-                log.warning("[rank %d] %s: the process of rank(s) %s on this host is gone", self.rank, event.name,
-                            sorted(gone))
-        except Exception:  # noqa: BLE001
-            log.warning("[rank %d] checking this host's other ranks failed", self.rank, exc_info=True)
-        if self.on_dumped is not None:
-            try:
-                self.on_dumped(event.reason)
-            except Exception:  # noqa: BLE001
-                log.warning("[rank %d] recording %s in the loggers failed", self.rank, event.name, exc_info=True)
-        if two_phase and not initiator:
-            try:
-                if self.coordinator.serve_full_dump(event, files, self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS):
-                    log.info("[rank %d] %s: the summarizing rank asked for this rank's full dump: sent", self.rank,
-                             event.name)
-            except Exception:  # noqa: BLE001
-                log.warning("[rank %d] sending the full dump on request failed", self.rank, exc_info=True)
-        exit_job = event.reason in ("stall", "exception") and self.config.on_stall is StallAction.dump_and_exit
-        result = None
-        exit_code = self.config.exit_code
-        if initiator:
-            result = self._summarize(event, folder)
-            try:
-                self.coordinator.close(event)
-            except Exception:  # noqa: BLE001
-                log.warning("[rank %d] clearing %s's store keys failed", self.rank, event.name, exc_info=True)
-            if exit_job:
-                exit_code = exit_code_for(result.hang_kind, self.config)
-                try:
-                    self.coordinator.mark_done(event, exit_code, result.hang_kind, result.restart_advice)
-                except Exception:  # noqa: BLE001
-                    log.warning("[rank %d] marking %s done failed", self.rank, event.name, exc_info=True)
-        elif exit_job:
-            try:
-                done = self.coordinator.wait_done(event, self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS)
-                exit_code = _code_from(done, exit_code)
-                if done is not None:
-                    self._report_kind(event, done.get("kind"), done.get("advice"))
-            except Exception:  # noqa: BLE001 - the store is gone: the initiator's host has exited
-                log.debug("waiting for the summary failed", exc_info=True)
-        if exit_job and initiator and event.reason == "exception":
-            self._leave(event)  # the exception ends this rank's fit itself, after the others' exit
-        elif exit_job:
-            self._exit_job(event, exit_code)
-        return result
 
-    def _report_kind(self, event: EventInfo, kind: str | None, advice: dict | None) -> None:
+    def notify_dumped(self, reason: str) -> None:
+        if self.on_dumped is None:
+            return
+        try:
+            self.on_dumped(reason)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] recording the dump event in the loggers failed", self.rank, exc_info=True)
+
+    def report_kind(self, event: EventMeta, kind: str | None, advice: dict | None) -> None:
         if self.on_summarized is None or not kind:
             return
         try:
@@ -378,25 +384,28 @@ class WatchdogRuntime:
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] recording the hang kind of %s failed", self.rank, event.name, exc_info=True)
 
-    def _summarize(self, event: EventInfo, folder: Path) -> CollectionResult:
-        result = collect_and_summarize(
-            self.coordinator, event, folder,
-            collect_timeout_seconds=self.config.collect_timeout_seconds,
+    def summarize(self, event: EventMeta, folder: Path) -> CollectionResult:
+        result = gather_and_summarize(
+            self.coordinator, event, folder, dump_dir=self.dump_dir,
+            collect_timeout_seconds=scaled(self.config.collect_timeout_seconds, self.world_size),
             gather_through_store=self.config.gather_through_store,
             two_phase=self.config.two_phase_gather(self.world_size), two_phase_peers=self.config.two_phase_gather_peers,
         )
         self.results.append(result)
-        self._report_kind(event, result.hang_kind, result.restart_advice)
+        self.report_kind(event, result.hang_kind, result.restart_advice)
         header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
                   + (f", NO dump from ranks {result.missing_ranks}" if result.missing_ranks else "")
                   + (f" (process gone: ranks {result.gone_ranks})" if result.gone_ranks else "")
                   + f"; verdict {result.verdict}, culprit ranks {result.culprit_ranks}; folder {folder}")
         log.warning(header)
+        if result.refused:
+            log.warning("[rank %d] %s: %d store value(s) refused (see collection.json): %s", self.rank, event.name,
+                        len(result.refused), "; ".join(result.refused[:3]))
         if result.text:
             log.warning("\n".join(f"[rank {self.rank}] {line}" for line in result.text.splitlines()))
         return result
 
-    def _leave(self, event: EventInfo) -> None:
+    def leave(self, event: EventMeta) -> None:
         """Leave in an order every launcher reports as our exit status, not as a kill: the store's
         host (rank 0) waits for every rank to say it leaves; a rank started by another rank's
         process (Lightning's popen launcher) waits until that parent has exited, because the
@@ -408,17 +417,19 @@ class WatchdogRuntime:
             log.warning("[rank %d] could not tell whether another rank started this process", self.rank,
                         exc_info=True)
         try:
-            self.coordinator.leaving(event, timeout_seconds=LEAVE_WAIT_SECONDS)
+            self.coordinator.leaving(event, timeout_seconds=scaled(LEAVE_WAIT_SECONDS, self.world_size))
+            if self.rank == 0:
+                self.coordinator.forget(event)
         except Exception:  # noqa: BLE001 - the store's host is already gone
             log.debug("announcing the exit failed", exc_info=True)
         if parent is not None and not _wait_for_reparenting(parent.pid, PARENT_EXIT_WAIT_SECONDS):
             log.warning("[rank %d] the launching process (rank %d, pid %d) is still there after %.0f s; exiting "
                         "anyway", self.rank, parent.rank, parent.pid, PARENT_EXIT_WAIT_SECONDS)
 
-    def _exit_job(self, event: EventInfo, exit_code: int) -> None:
+    def exit_job(self, event: EventMeta, exit_code: int) -> None:
         log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name, exit_code)
         self._stop.set()
-        self._leave(event)
+        self.leave(event)
         self._exit_fn(exit_code)
 
     def guard_exit(self) -> None:
@@ -445,24 +456,28 @@ class WatchdogRuntime:
         if not self._event_lock.acquire(timeout=self.config.collect_timeout_seconds + 10.0):
             log.warning("[rank %d] the watchdog is busy: no exception dump", self.rank)
             return
+        event = None
         try:
-            for _ in range(3):  # a concurrent event may take the number: join it, then ask again
-                event = self.coordinator.propose("exception")
+            self._ensure_armed()
+            event = self.coordinator.propose("exception")  # a concurrent event: joined, the exception in its dump
+            if event is not None:
                 self._take_part(event, exception=text)
-                if event.initiator == self.rank:
-                    break
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] the exception dump failed", self.rank, exc_info=True)
         finally:
             self._event_lock.release()
+        opened = self.participation.open.get(event.number) if event is not None else None
+        if opened is not None and opened.exit_job and self.running:
+            self._await_exit(event)
 
-
-def _code_from(done: dict | None, default: int) -> int:
-    try:
-        code = int((done or {}).get("code", default))
-    except (TypeError, ValueError):
-        return default
-    return code if 1 <= code <= 255 else default
+    def _await_exit(self, event: EventMeta) -> None:
+        """Main thread, after an exception with ``dump_and_exit``: the watchdog thread ends the
+        process once the initiator says how (bounded: then the exception goes on as usual)."""
+        deadline = self._clock() + scaled(self.config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS,
+                                          self.world_size)
+        while event.number in self.participation.open and self._clock() < deadline and self.running:
+            self._wakeup.wake()
+            self._stop.wait(self.config.poll_interval_seconds)
 
 
 def _wait_for_reparenting(parent_pid: int, timeout_seconds: float, poll_seconds: float = 0.05) -> bool:

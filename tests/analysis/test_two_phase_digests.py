@@ -1,6 +1,6 @@
 """A two-phase gather keeps the verdict: real gloo dumps where every rank but the summarizing one
 is first read from its digest, then only the smaller side of the first diagnosis (its culprits,
-or the ranks waiting for them where fewer) is replaced by full dumps, no peers (``dump/summarize.py``
+or the ranks waiting for them where fewer) is replaced by full dumps, no peers (``events/gather.py``
 does this through the store, with two peers more by default)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from lightning_ncclx.analysis import analyze_folder
 from lightning_ncclx.dump.digest import digest_files, known_members, restore_members
-from lightning_ncclx.dump.summarize import _ranks_to_pull
+from lightning_ncclx.events.gather import _ranks_to_pull
 from lightning_ncclx.layout import COLLECTION_FILE, rank_prefix
 
 SCENARIOS = ["skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra", "healthy"]

@@ -8,7 +8,7 @@ import pickle
 from pathlib import Path
 
 from lightning_ncclx.analysis.safe_pickle import safe_loads
-from lightning_ncclx.dump.coordinator import pack_named, unpack_files
+from lightning_ncclx.events.packing import pack_named, unpack
 from lightning_ncclx.dump.digest import (
     ENTRIES_PER_GROUP, FRAMES_PER_GROUP, HASHED_MEMBERS_PREFIX, digest_files, known_members, main_thread_stack,
     restore_members, trim_trace,
@@ -74,8 +74,8 @@ def test_the_digest_of_a_2000_entry_nccl_dump_is_a_few_kib(tmp_path: Path) -> No
     ctx = json.loads(digest["rank_00000.context.json"])
     assert "pg_config" not in ctx and ctx["digest"] is True and ctx["phase"] == "train_step"
     assert digest["rank_00000.stacks.txt"].decode().startswith("--- thread 'MainThread'")
-    out = unpack_files(blob, tmp_path / "out")
-    assert sorted(p.name for p in out) == sorted(digest)
+    out = unpack(blob, tmp_path / "out", inside=tmp_path)
+    assert sorted(p.name for p in out.written) == sorted(digest)
 
 
 def test_main_thread_stack_without_a_main_thread_keeps_the_start() -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from lightning_ncclx.events.connection import StoreClient
+
 from lightning_ncclx.straggler import exchange
 from lightning_ncclx.straggler.timings import IntervalSummary
 
 
 def test_publish_count_collect_and_delete() -> None:
-    store = dist.PrefixStore("lightning_ncclx", dist.HashStore())
+    store = StoreClient(dist.PrefixStore("lightning_ncclx", dist.HashStore()))
     for rank in (0, 2):
         exchange.publish(store, 1, IntervalSummary(rank=rank, interval=4, host="h", batches=5, parts={"forward": 0.1}))
     assert exchange.arrived(store, 1, 4) == 2

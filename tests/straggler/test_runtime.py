@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from lightning_ncclx.events.connection import StoreClient
+
 from lightning_ncclx.config import StragglerConfig
-from lightning_ncclx.straggler.runtime import StragglerRuntime, write_stragglers_json
+from lightning_ncclx.straggler.runtime import StragglerRuntime
 from lightning_ncclx.straggler.timings import StepRecord
 
 
@@ -22,7 +24,7 @@ def records(forward: float, n: int = 4) -> list[StepRecord]:
 
 
 def test_reader_scores_warns_once_and_writes_the_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    store = dist.PrefixStore("lightning_ncclx", dist.HashStore())
+    store = StoreClient(dist.PrefixStore("lightning_ncclx", dist.HashStore()))
     config = StragglerConfig(interval_steps=4, patience=2, poll_interval_seconds=0.05)
     ranks = [StragglerRuntime(config, rank=r, world_size=3, store=store, host=f"h{r}", fit=0, dump_dir=tmp_path)
              for r in range(3)]
@@ -44,16 +46,17 @@ def test_reader_scores_warns_once_and_writes_the_file(tmp_path: Path, caplog: py
     assert ranks[1].metrics() == []  # only the reading rank scores
 
 
-def test_write_stragglers_json_for_a_stall_event_folder(tmp_path: Path) -> None:
-    store = dist.PrefixStore("lightning_ncclx", dist.HashStore())
-    runtime = StragglerRuntime(StragglerConfig(poll_interval_seconds=0.05), rank=0, world_size=2, store=store,
-                               host="h", fit=0, dump_dir=None)
-    assert write_stragglers_json(tmp_path / "stall-001") is None  # not running yet
-    runtime.start()
+def test_write_json_for_a_stall_event_folder_on_the_reading_rank_only(tmp_path: Path) -> None:
+    store = StoreClient(dist.PrefixStore("lightning_ncclx", dist.HashStore()))
+    runtimes = [StragglerRuntime(StragglerConfig(poll_interval_seconds=0.05), rank=r, world_size=2, store=store,
+                                 host="h", fit=0, dump_dir=None) for r in (0, 1)]
+    for runtime in runtimes:
+        runtime.start()
     try:
-        path = write_stragglers_json(tmp_path / "stall-001")
+        path = runtimes[0].write_json(tmp_path / "stall-001")
         assert path == tmp_path / "stall-001" / "stragglers.json"
         assert json.loads(path.read_text())["incidents"] == []
+        assert runtimes[1].write_json(tmp_path / "stall-002") is None
     finally:
-        runtime.stop()
-    assert write_stragglers_json(tmp_path / "stall-002") is None
+        for runtime in runtimes:
+            runtime.stop()

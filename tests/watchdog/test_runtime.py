@@ -49,14 +49,23 @@ def test_stall_dumps_summarizes_and_exits(tmp_path: Path) -> None:
     assert exits == [75]
 
 
-def test_dump_mode_keeps_running_and_caps_the_number_of_dumps(tmp_path: Path) -> None:
+def test_a_stall_that_ends_is_marked_recovered_and_does_not_count_against_the_cap(tmp_path: Path) -> None:
     runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump, max_dumps_per_run=1)
     for _ in range(3):
         runtime.heartbeat.train_batch_start()
+        runtime._tick()  # moved on: the stall before (if any) recovered
         clock.now += 6.0
         runtime._tick()
         runtime._tick()  # the same stall alarms once
-    assert [p.name for p in (tmp_path / "dumps").iterdir()] == ["stall-001"] and exits == []
+    runtime.heartbeat.train_batch_start()
+    runtime._tick()
+    names = sorted(p.name for p in (tmp_path / "dumps").iterdir())
+    assert names == ["stall-001", "stall-002", "stall-003"] and exits == []
+    for name in names:
+        collection = json.loads((tmp_path / "dumps" / name / "collection.json").read_text())
+        assert collection["recovery"]["recovered"] is True
+        assert collection["recovery"]["lasted_seconds"] == pytest.approx(6.0)
+    assert runtime.stall_events == 0 and runtime.participation.recovered_events == 3
 
 
 def test_on_exception_dumps_without_exiting(tmp_path: Path) -> None:
@@ -175,9 +184,9 @@ def test_event_keys_are_deleted_from_the_store_after_the_summary(tmp_path: Path)
     runtime, clock, exits = make_runtime(tmp_path, on_stall=StallAction.dump)
     runtime._signal_requested = True
     runtime._tick()
-    store = runtime.coordinator.store
-    left = [k for k in ("ev/1/dumped", "ev/1/gone", "ev/1/rank/0", "ev/1/blob/0", "ev/1/done", "ev/1/leaving")
-            if store.check([k])]
+    store = runtime.coordinator.client
+    left = [k for k in ("ev/1/dumped", "ev/1/gone", "ev/1/rank/0", "ev/1/roster", "ev/1/blob/0", "ev/1/outcome",
+                        "ev/1/leaving") if store.check([k])]
     assert left == []
     assert json.loads(store.get("ev/1/meta"))["closed"] is True
 

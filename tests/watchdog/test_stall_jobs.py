@@ -98,7 +98,7 @@ def test_stuck_rank_stack_shows_where_it_waits(tmp_path: Path) -> None:
 
 def test_noticing_rank_other_than_rank_zero_initiates_and_summarizes(tmp_path: Path) -> None:
     result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "1", "--noticer-rank", "2",
-                     "--slow-rank-threshold", "40", "--strategy", "ddp")
+                     "--slow-rank-threshold", "8", "--strategy", "ddp")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]
     folder = _one_stall(result)
     found = assert_every_rank_dumped(folder, WORLD, result.log)

@@ -219,7 +219,7 @@ def main() -> int:
         import atexit
 
         atexit.register(time.sleep, FOREVER)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=getattr(logging, os.environ.get("NCCLX_TEST_LOG", "INFO")), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     step = args.train_step_seconds
     if args.noticer_rank is not None and local != args.noticer_rank:
@@ -284,11 +284,13 @@ def main() -> int:
 
 
 def report_store_keys(world: int) -> None:
-    from lightning_ncclx.dump.coordinator import open_job_store
+    from torch.distributed.distributed_c10d import _get_default_store
 
-    store = open_job_store()
-    names = ["ev/1/dumped", "ev/1/gone", "ev/1/done", "ev/1/leaving"]
-    names += [f"ev/1/{kind}/{r}" for r in range(world) for kind in ("rank", "blob")]
+    from lightning_ncclx.events.connection import StoreAddress
+
+    store = StoreAddress.of(_get_default_store()).connect()
+    names = ["ev/1/dumped", "ev/1/gone", "ev/1/roster", "ev/1/want", "ev/1/outcome", "ev/1/moved", "ev/1/leaving"]
+    names += [f"ev/1/{kind}/{r}" for r in range(world) for kind in ("rank", "blob", "blob/0")]
     left = [name for name in names if store.check([name])]
     print("STORE_KEYS_LEFT " + json.dumps({"left": left, "meta": store.check(["ev/1/meta"])}), flush=True)
 

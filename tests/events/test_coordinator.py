@@ -1,4 +1,5 @@
-"""The store protocol of dump events, on an in-memory store with an injected clock."""
+"""The store protocol of dump events, on an in-memory store with an injected clock: agreeing on
+one event, catching up past events that are over, announcements and their gather, liveness."""
 
 from __future__ import annotations
 
@@ -8,17 +9,26 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from lightning_ncclx.dump.coordinator import EventCoordinator, pack_files, unpack_files
-from lightning_ncclx.dump.summarize import collect_and_summarize, gather_missing
+from lightning_ncclx.events.connection import StoreClient
+from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.gather import CollectionResult, gather_and_summarize, gather_missing
+from lightning_ncclx.events.packing import pack_files, unpack
+from lightning_ncclx.events.wire import Announcement, EventMeta
 from support import FakeClock
 
 
-
-
-def coordinators(world: int, clock: FakeClock | None = None) -> list[EventCoordinator]:
-    store = dist.PrefixStore("test", dist.HashStore())
+def coordinators(world: int, clock: FakeClock | None = None, wall: FakeClock | None = None) -> list[EventCoordinator]:
+    client = StoreClient(dist.PrefixStore("test", dist.HashStore()))
     kwargs = {"clock": clock, "sleep": clock.sleep} if clock else {}
-    return [EventCoordinator(store, r, world, **kwargs) for r in range(world)]
+    if wall is not None:
+        kwargs["wall_clock"] = wall
+    return [EventCoordinator(client, r, world, **kwargs) for r in range(world)]
+
+
+def announce(coordinator: EventCoordinator, event: EventMeta, host: str, files: list[Path], folder: Path,
+             upload: bool = False) -> None:
+    announcement = Announcement(coordinator.rank, host, tuple(p.name for p in files), str(folder))
+    coordinator.announce(event, announcement, files if upload else None)
 
 
 def test_concurrent_proposers_agree_on_one_event_and_initiator() -> None:
@@ -57,7 +67,7 @@ def test_a_new_watchdog_on_the_same_store_starts_after_the_earlier_events() -> N
     first_run[0].propose("on_demand")
     assert first_run[1].poll() is not None
     assert first_run[1].propose("stall").number == 2
-    store = first_run[0].store
+    store = first_run[0].client
     later = EventCoordinator(store, 1, 2)  # trainer.validate after fit: same store, new watchdog
     assert later.skip_past_events() == 2
     assert later.poll() is None
@@ -72,7 +82,7 @@ def test_wait_for_dumps_names_what_arrived_by_the_deadline(tmp_path: Path) -> No
     r0, r1, r2 = coordinators(3, clock)
     event = r0.propose("stall")
     for rank in (r0, r2):
-        rank.announce_dumped(event, "host-a", [], tmp_path, upload=False)
+        announce(rank, event, "host-a", [], tmp_path)
     found = r0.wait_for_dumps(event, timeout_seconds=5.0)
     assert sorted(found) == [0, 2] and clock.now >= 5.0
 
@@ -88,10 +98,11 @@ def test_files_travel_through_the_store_to_ranks_host(tmp_path: Path) -> None:
     r0, r1 = coordinators(2)
     event = r0.propose("stall")
     r1.poll()
-    r1.announce_dumped(event, "node-b", files, node_b, upload=True)
-    r0.announce_dumped(event, "node-a", [], node_a, upload=True)
-    gathered = gather_missing(r0, event, node_a, r0.wait_for_dumps(event, 1.0))
-    assert gathered == {1: str(node_a / "ranks" / "node-b")}
+    announce(r1, event, "node-b", files, node_b, upload=True)
+    announce(r0, event, "node-a", [], node_a)
+    result = CollectionResult(event, node_a, 2, [0, 1], [], announced=r0.wait_for_dumps(event, 1.0))
+    gather_missing(r0, result, tmp_path / "a")
+    assert result.gathered == {1: str(node_a / "ranks" / "node-b")} and result.refused == []
     assert (node_a / "ranks" / "node-b" / "rank_00001.gloo.fr.pkl").read_bytes() == b"\x80\x04N."
 
 
@@ -105,14 +116,15 @@ def test_unpack_ignores_paths_that_leave_the_folder(tmp_path: Path) -> None:
             info = tarfile.TarInfo(name)
             info.size = 2
             tar.addfile(info, io.BytesIO(b"hi"))
-    out = unpack_files(buffer.getvalue(), tmp_path / "x")
-    assert [p.name for p in out] == ["ok.txt"] and not (tmp_path / "evil.txt").exists()
+    out = unpack(buffer.getvalue(), tmp_path / "x", inside=tmp_path)
+    assert [p.name for p in out.written] == ["ok.txt"] and not (tmp_path / "evil.txt").exists()
+    assert len(out.refused) == 1 and "../evil.txt" in out.refused[0]
 
 
 def test_pack_roundtrip(tmp_path: Path) -> None:
     src = tmp_path / "f.txt"
     src.write_text("hello")
-    assert unpack_files(pack_files([src]), tmp_path / "out")[0].read_text() == "hello"
+    assert unpack(pack_files([src]), tmp_path / "out", inside=tmp_path).written[0].read_text() == "hello"
 
 
 def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, caplog) -> None:
@@ -121,7 +133,7 @@ def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, 
     folder = tmp_path / event.name
     folder.mkdir()
     (folder / "rank_00000.context.json").write_text("{}")
-    r0.announce_dumped(event, "h", [folder / "rank_00000.context.json"], folder, upload=False)
+    announce(r0, event, "h", [folder / "rank_00000.context.json"], folder)
     import builtins
 
     real_import = builtins.__import__
@@ -132,7 +144,8 @@ def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, 
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", failing_import)
-    result = collect_and_summarize(r0, event, folder, collect_timeout_seconds=1.0, gather_through_store=True)
+    result = gather_and_summarize(r0, event, folder, dump_dir=tmp_path, collect_timeout_seconds=1.0,
+                                  gather_through_store=True)
     assert result.verdict is None and (folder / "rank_00000.context.json").exists()
     assert json.loads((folder / "collection.json").read_text())["dumped_ranks"] == [0]
     assert "could not be imported" in caplog.text
@@ -142,7 +155,7 @@ def test_the_watchdog_and_the_initiator_load_the_analyzer_only_when_an_event_is_
     import subprocess
     import sys
 
-    code = ("import json, sys, lightning_ncclx.watchdog.runtime, lightning_ncclx.dump.summarize; "
+    code = ("import json, sys, lightning_ncclx.watchdog.runtime, lightning_ncclx.events.gather; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('lightning_ncclx.analysis.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     loaded = set(json.loads(out))
@@ -155,8 +168,7 @@ def test_only_processes_in_the_same_scope_are_checked_and_reported_gone() -> Non
     import subprocess
     import sys
 
-    from lightning_ncclx.dump.coordinator import EventInfo
-    from lightning_ncclx.dump.liveness import ProcessInfo, this_process
+    from lightning_ncclx.events.liveness import ProcessInfo, this_process
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -166,6 +178,6 @@ def test_only_processes_in_the_same_scope_are_checked_and_reported_gone() -> Non
     ranks[0].register_process(me)
     ranks[1].register_process(ProcessInfo(1, me.host, dead.pid, 1, me.scope))  # same scope, exited
     ranks[2].register_process(ProcessInfo(2, me.host, dead.pid, 1, "other-boot/pid:[1]"))  # other container
-    event = EventInfo(1, "stall-001", "stall", 0)
+    event = EventMeta(1, "stall-001", "stall", 0)
     assert ranks[0].check_local_peers(event) == {1}
     assert ranks[3].gone_ranks(event) == {1}

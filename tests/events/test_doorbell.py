@@ -15,9 +15,11 @@ import pytest
 import torch.distributed as dist
 
 from lightning_ncclx.config import StallAction, WatchdogConfig
-from lightning_ncclx.dump import doorbell as doorbell_module
-from lightning_ncclx.dump.coordinator import STORE_PREFIX, EventCoordinator
-from lightning_ncclx.dump.doorbell import Doorbell, bell_key, listening_store, ring_every_rank
+from lightning_ncclx.events import doorbell as doorbell_module
+from lightning_ncclx.events.connection import StoreAddress, StoreClient
+from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.doorbell import Doorbell, ring_every_rank
+from lightning_ncclx.events.keys import STORE_PREFIX, bell_key
 from lightning_ncclx.watchdog import runtime as runtime_module
 from lightning_ncclx.watchdog.heartbeat import Phase
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
@@ -47,10 +49,10 @@ def until(condition: Callable[[], bool], seconds: float = 20.0) -> bool:
 
 def start_listening(server: Any, rank: int, rings: list[int]) -> tuple[Doorbell, Any]:
     job = client(server)
-    listen = listening_store(job)
-    assert listen is not None
-    bell = Doorbell(listen, job, rank, on_ring=lambda: rings.append(rank))
+    bell = Doorbell.for_store(server, StoreClient(job), rank, on_ring=lambda: rings.append(rank))
+    assert bell is not None
     bell.start()
+    assert until(lambda: bell.listening)
     return bell, job
 
 
@@ -108,7 +110,8 @@ def test_a_lost_server_turns_the_listener_off_and_wakes_its_owner() -> None:
 def test_a_wait_that_runs_its_course_is_renewed(server: Any, monkeypatch) -> None:
     rings: list[int] = []
     job = client(server)
-    bell = Doorbell(listening_store(job), job, 5, on_ring=lambda: rings.append(5), wait_seconds=0.3)
+    address = StoreAddress.of(server)
+    bell = Doorbell(address.connect, StoreClient(job), 5, on_ring=lambda: rings.append(5), wait_seconds=0.3)
     bell.start()
     try:
         time.sleep(0.8)  # two waits run out
@@ -120,23 +123,27 @@ def test_a_wait_that_runs_its_course_is_renewed(server: Any, monkeypatch) -> Non
 
 
 def test_only_a_tcp_store_gets_a_listening_connection(server: Any, tmp_path: Path) -> None:
-    assert listening_store(dist.PrefixStore(STORE_PREFIX, dist.HashStore())) is None
-    assert listening_store(dist.FileStore(str(tmp_path / "store"), 1)) is None
-    nested = dist.PrefixStore(STORE_PREFIX, dist.PrefixStore("default_pg", client(server)))
-    listen = listening_store(nested)
-    assert listen is not None
-    nested.set("same-key", "seen")
-    assert listen.get("same-key") == b"seen"  # the same prefixes, another connection
+    def bell(store: Any) -> Doorbell | None:
+        return Doorbell.for_store(store, StoreClient(dist.HashStore()), 0, on_ring=lambda: None)
+
+    assert bell(dist.PrefixStore(STORE_PREFIX, dist.HashStore())) is None
+    assert bell(dist.FileStore(str(tmp_path / "store"), 1)) is None
+    nested = dist.PrefixStore("default_pg", dist.TCPStore("127.0.0.1", server.port, is_master=False))
+    address = StoreAddress.of(nested)
+    assert address is not None and bell(nested) is not None
+    listen = address.connect()
+    client(server).set("same-key", "seen")
+    assert listen.get("same-key") == b"seen"  # the plugin's namespace at the server's root, another connection
 
 
 def test_only_the_rank_that_starts_an_event_rings(server: Any) -> None:
-    first = EventCoordinator(client(server), 0, 3)
-    second = EventCoordinator(client(server), 1, 3)
+    first = EventCoordinator(StoreClient(client(server)), 0, 3)
+    second = EventCoordinator(StoreClient(client(server)), 1, 3)
     first.rings_doorbells = second.rings_doorbells = True
     event = first.propose("stall")
     assert event.initiator == 0
     store = client(server)
-    assert [store.get(bell_key(r)) for r in range(3)] == [b"1", b"1", b"1"]
+    assert [store.get(bell_key(r)) for r in range(3)] == [b"1:start"] * 3
     for r in range(3):
         store.delete_key(bell_key(r))
     second.last_seen = 0
@@ -146,7 +153,7 @@ def test_only_the_rank_that_starts_an_event_rings(server: Any) -> None:
 
 
 def test_without_doorbells_propose_rings_nobody(server: Any) -> None:
-    coordinator = EventCoordinator(client(server), 0, 2)
+    coordinator = EventCoordinator(StoreClient(client(server)), 0, 2)
     coordinator.propose("stall")
     assert not client(server).check([bell_key(0)])
 
@@ -173,9 +180,11 @@ def test_a_second_rank_learns_of_an_event_from_its_bell_only(server: Any, tmp_pa
         for runtime in runtimes:
             runtime.start()
         assert all(r.doorbell is not None and r.coordinator.rings_doorbells for r in runtimes)
-        assert until(lambda: polls == [1, 1])  # each thread's first tick asks once
+        assert until(lambda: all(r.listening() for r in runtimes) and min(polls) >= 1)
+        time.sleep(0.2)  # the tick that saw the listener come up
+        before = list(polls)
         time.sleep(1.0)  # 20 poll intervals of steady state
-        assert polls == [1, 1]  # then nothing until a ring
+        assert polls == before  # then nothing until a ring
         (tmp_path / "rank0").mkdir(exist_ok=True)
         (tmp_path / "rank0" / "DUMP_NOW").touch()  # rank 0 starts an on-demand event
         folder = tmp_path / "rank1" / "ondemand-001"

@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from lightning_ncclx.dump.writer import host_name
+from lightning_ncclx.events.wire import MAX_PID, as_int, as_safe_name, as_text, json_object
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,15 @@ class ProcessInfo:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, line: str) -> "ProcessInfo":
-        d = json.loads(line)
+    def from_json(cls, line: str | bytes, world_size: int) -> "ProcessInfo":
+        """One line of ``procs/<scope>``, checked (raises :class:`BadValue`): another writer's
+        line must not make a rank check an arbitrary pid, or name a rank outside the job."""
+        d = json_object(line, 1024, "process line")
         ticks = d.get("start_ticks")
-        return cls(int(d["rank"]), str(d["host"]), int(d["pid"]), None if ticks is None else int(ticks),
-                   str(d.get("scope", "")))
+        scope = as_text(d.get("scope", ""), "process scope", 256)
+        return cls(as_int(d.get("rank"), "process rank", 0, world_size), as_safe_name(d.get("host"), "process host"),
+                   as_int(d.get("pid"), "process id", 1, MAX_PID),
+                   None if ticks is None else as_int(ticks, "process start time", 0, 1 << 62), scope)
 
 
 def _stat(pid: int) -> tuple[str, int] | None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from lightning_ncclx.dump.liveness import ProcessInfo, is_gone, this_process
+from lightning_ncclx.events.liveness import ProcessInfo, is_gone, this_process
 
 
 def _info_of(proc: subprocess.Popen) -> ProcessInfo:
@@ -21,7 +21,7 @@ def test_this_process_is_alive_and_round_trips_through_json() -> None:
     me = this_process(rank=3)
     assert me is not None and me.rank == 3 and not is_gone(me)
     assert me.scope.count("/") == 1 and "pid:[" in me.scope
-    assert ProcessInfo.from_json(me.to_json()) == me
+    assert ProcessInfo.from_json(me.to_json(), world_size=4) == me
 
 
 def test_an_exited_child_is_gone_before_and_after_it_is_reaped() -> None:

@@ -1,0 +1,290 @@
+"""The plugin's connections to the job's store, and reads that never block.
+
+Each rank holds at most three connections to the job's store: the job's own (torch's, used by
+the main thread), one :class:`StoreClient` shared by the watchdog, the consensus and straggler
+detection (:func:`shared_client`), and the doorbell's (:mod:`doorbell`), which blocks in one
+``wait``. The plugin's two are opened from their own threads with a short connect timeout, so
+``setup`` never waits on the network, and a failed connect is retried later, not for the store's
+30-minute timeout.
+
+Keys live under ``lightning_ncclx/`` at the root of the store server (``lightning_ncclx/attempt<N>/``
+under torchrun's restart ``N``), not under torch's ``default_pg`` prefix: torch offers no way to
+open a connection under that prefix without the job store's long timeout.
+
+:meth:`StoreClient.read` never blocks: ``compare_set(key, S, S)`` with a secret ``S`` returns
+the value when the key exists and ``S`` (creating nothing) when it does not. ``get`` would wait
+for the key, and ``check`` then ``get`` races with a rank that deletes it. Every call runs under
+an operation timeout no longer than the watchdog's poll interval; a lost connection is reopened
+(at most once per ``RECONNECT_GAP_SECONDS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+from lightning_ncclx.events.keys import STORE_PREFIX
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 10.0
+RECONNECT_GAP_SECONDS = 5.0
+READ_CHUNK = 256
+"""Keys per ``multi_get`` (about 256 KiB of digests): one answer arrives well within a poll."""
+DELETE_CHUNK = 512
+
+
+class StoreUnavailable(RuntimeError):
+    """No connection to the job's store now (it is retried at the next call)."""
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    """Where the job's TCPStore server listens, and the plugin's key namespace on it."""
+
+    host: str
+    port: int
+    namespace: str = STORE_PREFIX
+
+    @classmethod
+    def of(cls, job_store: Any, environ: dict[str, str] | None = None) -> "StoreAddress | None":
+        """The address behind ``job_store`` (PrefixStores unwrapped); None where it is no TCPStore."""
+        import torch.distributed as dist
+
+        base = job_store
+        while isinstance(base, dist.PrefixStore):
+            base = base.underlying_store
+        if not isinstance(base, dist.TCPStore):
+            return None
+        return cls(str(base.host), int(base.port), namespace_from(os.environ if environ is None else environ))
+
+    def connect(self, connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS) -> Any:
+        """A new client under the plugin's namespace (raises on failure after the timeout)."""
+        import torch.distributed as dist
+
+        client = dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
+                               timeout=timedelta(seconds=connect_timeout_seconds))
+        return dist.PrefixStore(self.namespace, client)
+
+
+def namespace_from(environ: dict[str, str] | Any) -> str:
+    """``lightning_ncclx``, or ``lightning_ncclx/attempt<N>`` under torchrun's restart ``N`` (a
+    restart's ranks share the agent's store with the attempts before)."""
+    attempt = str(environ.get("TORCHELASTIC_RESTART_COUNT", "") or "")
+    if re.fullmatch(r"[0-9]{1,6}", attempt) and attempt != "0":
+        return f"{STORE_PREFIX}/attempt{int(attempt)}"
+    return STORE_PREFIX
+
+
+def _is_connection_error(error: BaseException) -> bool:
+    import torch.distributed as dist
+
+    if isinstance(error, dist.DistNetworkError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (RuntimeError, OSError)) and any(
+        word in text for word in ("broken pipe", "connection reset", "connection closed", "connection refused"))
+
+
+def _is_timeout(error: BaseException) -> bool:
+    import torch.distributed as dist
+
+    return isinstance(error, dist.DistStoreError) and "timeout" in str(error).lower()
+
+
+class StoreClient:
+    """One connection to the job's store with non-blocking reads, timeouts and reconnection.
+
+    ``opener`` makes a new connection (None: ``store`` is the only one, e.g. an in-process
+    HashStore in tests). ``owned=False``: ``store`` is shared with the job (a FileStore), so its
+    timeout is left alone and nothing waits on it. Thread-safe: the store client serializes
+    requests; reconnection is locked."""
+
+    def __init__(self, store: Any = None, *, opener: Callable[[], Any] | None = None,
+                 op_timeout_seconds: float = 0.5, owned: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if store is None and opener is None:
+            raise ValueError("StoreClient needs a store or an opener")
+        self._store = store
+        self._opener = opener
+        self._op_timeout = timedelta(seconds=max(0.05, op_timeout_seconds))
+        self._sentinel = f"\x00absent:{uuid.uuid4().hex}"
+        self._sentinel_bytes = self._sentinel.encode()
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._next_attempt = 0.0
+        self._failures = 0
+        self.reconnects = 0
+        self.owned = owned
+        if store is not None and owned:
+            self._apply_timeout(store)
+
+    # ------------------------------------------------------------------ connection
+    def _apply_timeout(self, store: Any) -> None:
+        try:
+            store.set_timeout(self._op_timeout)
+        except Exception:  # noqa: BLE001 - a store without timeouts (HashStore) never blocks long
+            log.debug("set_timeout not supported by %s", type(store).__name__, exc_info=True)
+
+    def _current(self) -> Any:
+        store = self._store
+        if store is not None:
+            return store
+        return self._reopen(None)
+
+    def _reopen(self, broken: Any) -> Any:
+        with self._lock:
+            if self._store is not broken and self._store is not None:
+                return self._store  # another thread reconnected meanwhile
+            if self._opener is None:
+                raise StoreUnavailable("the store connection was lost and cannot be reopened")
+            now = self._clock()
+            if now < self._next_attempt:
+                raise StoreUnavailable("the store connection is down; the next attempt is in "
+                                       f"{self._next_attempt - now:.1f} s")
+            try:
+                store = self._opener()
+            except Exception as error:  # noqa: BLE001
+                self._failures += 1
+                self._next_attempt = now + min(60.0, RECONNECT_GAP_SECONDS * 2 ** min(self._failures - 1, 4))
+                self._store = None
+                raise StoreUnavailable(f"connecting to the job's store failed: {type(error).__name__}: "
+                                       f"{str(error).splitlines()[0][:160] if str(error) else ''}") from None
+            self._apply_timeout(store)
+            if broken is not None:
+                self.reconnects += 1
+                log.info("reconnected to the job's store (%d time(s) in this run)", self.reconnects)
+            self._failures = 0
+            self._next_attempt = now + RECONNECT_GAP_SECONDS
+            self._store = store
+            return store
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        store = self._current()
+        try:
+            return fn(store)
+        except Exception as error:  # noqa: BLE001
+            if not _is_connection_error(error) or self._opener is None:
+                raise
+        return fn(self._reopen(store))
+
+    @property
+    def raw(self) -> Any:
+        """The underlying store (opened now if needed); for calls this class does not wrap."""
+        return self._current()
+
+    # ------------------------------------------------------------------ requests
+    def read(self, key: str) -> bytes | None:
+        """The value of ``key``, or None when it does not exist; never waits for it."""
+        value = self._call(lambda s: s.compare_set(key, self._sentinel, self._sentinel))
+        return None if value == self._sentinel_bytes else bytes(value)
+
+    def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values of ``keys`` (None where absent), ``READ_CHUNK`` per ``multi_get``; a chunk whose
+        keys are not all there (deleted meanwhile) is read key by key instead of waited for."""
+        if not self.owned:
+            return [self.read(key) for key in keys]
+        out: list[bytes | None] = []
+        for first in range(0, len(keys), READ_CHUNK):
+            chunk = list(keys[first:first + READ_CHUNK])
+            try:
+                out += [bytes(v) for v in self._call(lambda s: s.multi_get(chunk))]
+            except Exception as error:  # noqa: BLE001
+                if not _is_timeout(error):
+                    raise
+                out += [self.read(key) for key in chunk]
+        return out
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._call(lambda s: s.set(key, value))
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        self._call(lambda s: s.multi_set(keys, values))
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._call(lambda s: s.add(key, amount)))
+
+    def append(self, key: str, value: bytes | str) -> None:
+        self._call(lambda s: s.append(key, value))
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        return bytes(self._call(lambda s: s.compare_set(key, expected, desired)))
+
+    def check(self, keys: list[str]) -> bool:
+        return bool(self._call(lambda s: s.check(keys)))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """Store-like: ``read_many`` with ``b""`` for a key that is absent (never waits for it)."""
+        return [value if value is not None else b"" for value in self.read_many(keys)]
+
+    def get(self, key: str) -> bytes:
+        """Store-like, but never waits: ``b""`` for an absent key."""
+        return self.read(key) or b""
+
+    def delete_key(self, key: str) -> bool:
+        return self.delete([key]) == 1
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        """Ignored: this client's requests keep their own short timeout."""
+
+    def delete(self, keys: Sequence[str]) -> int:
+        """Delete ``keys`` (one request each: the store has no batched delete); how many went."""
+        deleted = 0
+        for key in keys:
+            try:
+                if self._call(lambda s: s.delete_key(key)):
+                    deleted += 1
+            except StoreUnavailable:
+                raise
+            except Exception:  # noqa: BLE001 - a store without delete_key keeps the key
+                log.debug("deleting store key %s failed", key, exc_info=True)
+        return deleted
+
+
+# ---------------------------------------------------------------------- the shared connection
+_shared: dict[Any, tuple[StoreClient, int]] = {}
+_shared_lock = threading.Lock()
+
+
+def _identity(job_store: Any) -> Any:
+    address = StoreAddress.of(job_store)
+    return address if address is not None else id(job_store)
+
+
+def shared_client(job_store: Any, op_timeout_seconds: float) -> StoreClient:
+    """The process's one plugin connection to ``job_store``'s server (opened lazily, from the
+    first thread that uses it). Pair every call with :func:`release_client`."""
+    key = _identity(job_store)
+    with _shared_lock:
+        client, users = _shared.get(key, (None, 0))
+        if client is None:
+            client = _new_client(job_store, op_timeout_seconds)
+        _shared[key] = (client, users + 1)
+        return client
+
+
+def release_client(client: StoreClient) -> None:
+    with _shared_lock:
+        for key, (held, users) in list(_shared.items()):
+            if held is client:
+                if users <= 1:
+                    del _shared[key]
+                else:
+                    _shared[key] = (held, users - 1)
+                return
+
+
+def _new_client(job_store: Any, op_timeout_seconds: float) -> StoreClient:
+    address = StoreAddress.of(job_store)
+    if address is not None:
+        return StoreClient(opener=address.connect, op_timeout_seconds=op_timeout_seconds)
+    import torch.distributed as dist
+
+    return StoreClient(dist.PrefixStore(STORE_PREFIX, job_store), op_timeout_seconds=op_timeout_seconds, owned=False)

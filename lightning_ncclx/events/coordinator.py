@@ -1,0 +1,429 @@
+"""How the ranks agree on one dump event and hand their dumps over, through the job's store.
+
+Protocol (keys in :mod:`keys`, values in :mod:`wire`; every key under ``lightning_ncclx/``):
+
+``ev/<n>/meta``
+    :class:`~lightning_ncclx.events.wire.EventMeta`. A rank that wants an event proposes
+    ``n = last event it saw + 1`` with ``compare_set(key, "", proposal)``: the first proposal
+    wins and every concurrent proposer gets the winner's value back, so they agree on one event
+    and one initiator (who also summarizes). A rank that was behind (it missed a ring) finds a
+    closed or stale event there and moves on to the next number: it never joins an event that
+    is over. Numbers taken by a value this protocol does not write are skipped.
+``ev/<n>/rank/<r>``, ``ev/<n>/roster``, ``ev/<n>/dumped``
+    Rank ``r``'s :class:`~lightning_ncclx.events.wire.Announcement` (and digest), then its
+    number appended to the roster, then the counter bumped: the initiator waits on the counter,
+    reads the roster and then every announcement it lists in a few ``multi_get`` requests.
+``ev/<n>/blob/<r>`` (+ ``/<i>``)
+    Rank ``r``'s full dump in chunks (:mod:`packing`): from every rank with
+    ``gather_through_store``; in a two-phase gather only from the ranks in ``want``.
+``ev/<n>/want``
+    JSON list of the ranks whose full dumps the initiator asks for; it rings only their bells.
+``ev/<n>/moved``
+    Counter: each rank adds 1 once its heartbeat moves past the one the event was about.
+``ev/<n>/outcome``
+    :class:`~lightning_ncclx.events.wire.Outcome`: recovered, or the job ends with an exit
+    status. Every rank's bell is rung.
+``ev/<n>/leaving``
+    Counter of ranks on their way out of an ending job (the store's host leaves last).
+``ev/<n>/gone``, ``procs/<scope>``
+    Liveness (:mod:`liveness`): lines naming ranks whose process exited; one JSON line per
+    watchdog of a scope (boot id and pid namespace).
+``bell/<r>``
+    Rank ``r``'s doorbell (:mod:`doorbell`).
+
+Once the summary is written the initiator marks ``meta`` closed and deletes the keys of the
+collection (announcements, roster, counters, blobs); ``meta`` (about 100 bytes) stays as the
+event log that keeps numbering in step.
+
+Every read goes through :meth:`StoreClient.read` (never waits) or ``read_many`` on keys known to
+exist; every value is validated (:mod:`wire`) and a bad one is left out with a note in
+:attr:`EventCoordinator.refused`, never trusted and never fatal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from lightning_ncclx.events.connection import StoreClient
+from lightning_ncclx.events.doorbell import ring
+from lightning_ncclx.events.keys import (
+    counter_key, gone_key, meta_key, outcome_key, procs_key, rank_key, roster_key, want_key,
+)
+from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of
+from lightning_ncclx.events.packing import blob_keys, put_blob
+from lightning_ncclx.events.wire import (
+    MAX_META_BYTES, Announcement, BadValue, EventMeta, Outcome, parse_rank_lines, parse_rank_list,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_SKIPPED_PER_CALL = 64
+"""Event numbers a call looks past (closed, stale or planted) before it gives up until the next."""
+MAX_REFUSED_KEPT = 200
+MAX_PROCS_BYTES = 1 << 20
+
+
+class EventCoordinator:
+    """The store side of dump events for one rank. Thread: the watchdog's (or main on exception)."""
+
+    def __init__(self, client: StoreClient, rank: int, world_size: int, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 wall_clock: Callable[[], float] = time.time, stale_after_seconds: float = 600.0) -> None:
+        self.client = client
+        self.rank = rank
+        self.world_size = world_size
+        self.last_seen = 0
+        self.name_taken: Callable[[str], bool] = lambda name: False
+        """Set by the owner: True when an event folder of that name exists (an earlier run)."""
+        self.rings_doorbells = False
+        """Set by the owner where ranks listen for changes (:mod:`doorbell`) instead of polling."""
+        self.stale_after_seconds = stale_after_seconds
+        """An event still open this long after it was proposed lost its initiator: not joined."""
+        self.refused: list[str] = []
+        """Store values this rank refused (planted or corrupt), newest last, for the logs."""
+        self._clock = clock
+        self._sleep = sleep
+        self._wall_clock = wall_clock
+        self._me: ProcessInfo | None = None
+        self._reported_gone: dict[int, set[int]] = {}
+
+    def refuse(self, error: BadValue | str) -> None:
+        text = str(error)
+        if len(self.refused) < MAX_REFUSED_KEPT:
+            self.refused.append(text)
+        log.warning("[rank %d] store value refused: %s", self.rank, text)
+
+    # ------------------------------------------------------------------ which event
+    def _meta(self, number: int) -> EventMeta | None | BadValue:
+        raw = self.client.read(meta_key(number))
+        if raw is None:
+            return None
+        try:
+            return EventMeta.parse(number, raw, self.world_size)
+        except BadValue as error:
+            return error
+
+    def _is_over(self, meta: EventMeta) -> bool:
+        """Closed, or open for longer than an initiator would take (it died mid-event)."""
+        if meta.closed:
+            return True
+        return meta.opened is not None and self._wall_clock() - meta.opened > self.stale_after_seconds
+
+    def propose(self, reason: str) -> EventMeta | None:
+        """Ask for an event; returns the one agreed on (ours, or a concurrent proposer's that is
+        still being collected), or None when no number could be taken in this call."""
+        for _ in range(MAX_SKIPPED_PER_CALL):
+            number = self.last_seen + 1
+            mine = EventMeta.new(number, reason, self.rank, self._wall_clock(), self._free_name(reason, number))
+            proposal = mine.to_json()
+            raw = self.client.compare_set(meta_key(number), "", proposal)
+            self.last_seen = number
+            if raw == proposal.encode():
+                if self.rings_doorbells:
+                    self._ring_all(mine, "start")
+                return mine
+            try:
+                agreed = EventMeta.parse(number, raw, self.world_size)
+            except BadValue as error:
+                self.refuse(error)
+                continue
+            if self._is_over(agreed):
+                log.info("[rank %d] event %d (%s) is already over: proposing the next one", self.rank, number,
+                         agreed.name)
+                continue
+            return agreed
+        log.warning("[rank %d] no event number free within %d after %d: no dump now", self.rank,
+                    MAX_SKIPPED_PER_CALL, self.last_seen - MAX_SKIPPED_PER_CALL)
+        return None
+
+    def _free_name(self, reason: str, number: int) -> str | None:
+        from lightning_ncclx.events.keys import event_name
+
+        name = event_name(reason, number, self.rank)
+        try:
+            if self.name_taken(name):
+                return f"{name}-{int(self._wall_clock())}"
+        except Exception:  # noqa: BLE001 - an unreadable dump folder: the plain name
+            log.debug("checking the event folder %s failed", name, exc_info=True)
+        return None
+
+    def _ring_all(self, meta: EventMeta, what: str) -> None:
+        try:
+            ring(self.client, range(self.world_size), f"{meta.number}:{what}")
+        except Exception:  # noqa: BLE001 - the others still poll after a lost ring
+            log.warning("[rank %d] ringing the other ranks for event %d failed", self.rank, meta.number,
+                        exc_info=True)
+
+    def skip_past_events(self) -> int:
+        """Start after the events in the store that are over, and return how many there were.
+
+        ``trainer.validate`` or a second ``fit`` after a fit keeps the process group and its
+        store, but starts a new watchdog: without this it would take the earlier events for
+        new ones and dump every rank again, over the earlier dump. An event still being
+        collected is not stepped past: it may have started before this watchdog first reached
+        the store, and this rank's dump belongs to it."""
+        number = self.last_seen
+        while number - self.last_seen < 100_000:
+            meta = self._meta(number + 1)
+            if meta is None or (isinstance(meta, EventMeta) and not self._is_over(meta)):
+                break
+            number += 1
+        self.last_seen = number
+        return number
+
+    def poll(self) -> EventMeta | None:
+        """The next event another rank started and is still collecting, if any (one non-blocking
+        read per event number; events that are over are stepped past)."""
+        for _ in range(MAX_SKIPPED_PER_CALL):
+            number = self.last_seen + 1
+            meta = self._meta(number)
+            if meta is None:
+                return None
+            self.last_seen = number
+            if isinstance(meta, BadValue):
+                self.refuse(meta)
+                continue
+            if self._is_over(meta):
+                log.info("[rank %d] event %s is already over: not joined", self.rank, meta.name)
+                continue
+            return meta
+        return None
+
+    def is_closed(self, event: EventMeta) -> bool:
+        """True once the initiator has written the summary and cleared the event's keys."""
+        meta = self._meta(event.number)
+        return isinstance(meta, EventMeta) and meta.closed
+
+    # ------------------------------------------------------------------ dumps in
+    def announce(self, event: EventMeta, announcement: Announcement, upload: list[Path] | None = None) -> bool:
+        """Tell the initiator where this rank's dump is (its digest inside, in a two-phase
+        gather; ``upload``: also send these files whole). A rank that dumps after the summary
+        was written keeps its dump on disk and adds no keys; False then."""
+        if event.initiator != self.rank and self.is_closed(event):
+            log.info("[rank %d] %s is already summarized: this rank's dump stays in %s", self.rank, event.name,
+                     announcement.folder)
+            return False
+        if upload and self.upload_full(event, upload):
+            announcement = dataclasses.replace(announcement, uploaded=True)
+        self.client.set(rank_key(event.number, self.rank), announcement.encode())
+        self.client.append(roster_key(event.number), f"{self.rank}\n")
+        self.client.add(counter_key(event.number, "dumped"), 1)
+        if event.initiator != self.rank and self.is_closed(event):  # closed while we announced
+            self.client.delete([rank_key(event.number, self.rank)] + blob_keys(event.number, self.rank))
+        return True
+
+    def upload_full(self, event: EventMeta, files: list[Path]) -> bool:
+        from lightning_ncclx.events.packing import pack_files
+
+        try:
+            return put_blob(self.client, event.number, self.rank, pack_files(files))
+        except Exception:  # noqa: BLE001 - the initiator then names this rank's dump as kept on its host
+            log.warning("[rank %d] sending the dump of %s through the store failed", self.rank, event.name,
+                        exc_info=True)
+            return False
+
+    def dumped_count(self, event: EventMeta) -> int:
+        count = self.client.add(counter_key(event.number, "dumped"), 0)
+        return count if 0 <= count <= 4 * self.world_size else 0
+
+    def announced(self, event: EventMeta) -> dict[int, Announcement]:
+        """Every announcement the roster lists (each checked; bad ones refused)."""
+        ranks, notes = parse_rank_lines(self.client.read(roster_key(event.number)), self.world_size, "roster")
+        for note in notes:
+            self.refuse(note)
+        found: dict[int, Announcement] = {}
+        values = self.client.read_many([rank_key(event.number, r) for r in ranks])
+        for rank, raw in zip(ranks, values):
+            if raw is None:
+                continue
+            try:
+                found[rank] = Announcement.parse(rank, raw)
+            except BadValue as error:
+                self.refuse(error)
+        return found
+
+    def wait_for_dumps(self, event: EventMeta, timeout_seconds: float, poll_seconds: float = 0.1,
+                       liveness_every_seconds: float = 0.5) -> dict[int, Announcement]:
+        """Rank -> its announcement, once every rank announced (or is gone: its process exited)
+        or the deadline passed."""
+        deadline = self._clock() + timeout_seconds
+        next_liveness = self._clock()
+        while self._clock() < deadline:
+            count = self.dumped_count(event)
+            if count >= self.world_size:
+                break
+            if self._clock() >= next_liveness:
+                next_liveness = self._clock() + liveness_every_seconds
+                try:
+                    if count + self._missing_but_gone(event) >= self.world_size:
+                        break
+                except Exception:  # noqa: BLE001 - without liveness, wait for the deadline
+                    log.warning("[rank %d] checking for exited ranks failed; waiting for every dump instead",
+                                self.rank, exc_info=True)
+                    next_liveness = deadline  # once per event, not every poll
+            self._sleep(poll_seconds)
+        return self.announced(event)
+
+    # ------------------------------------------------------------------ two-phase: full dumps wanted
+    def request_full_dumps(self, event: EventMeta, ranks: list[int]) -> None:
+        """Initiator, two-phase gather: ask these ranks for their whole dumps (their bells ring)."""
+        self.client.set(want_key(event.number), f"[{', '.join(str(r) for r in sorted(ranks))}]")
+        if self.rings_doorbells and ranks:
+            ring(self.client, sorted(ranks), f"{event.number}:want")
+
+    def wanted(self, event: EventMeta) -> list[int] | None:
+        """The ranks the initiator asked for (None: not asked yet, or a value it did not write)."""
+        raw = self.client.read(want_key(event.number))
+        if raw is None:
+            return None
+        try:
+            return parse_rank_list(raw, self.world_size, f"{event.name}'s wanted ranks")
+        except BadValue as error:
+            self.refuse(error)
+            return None
+
+    # ------------------------------------------------------------------ after the summary
+    def report_moved(self, event: EventMeta) -> None:
+        self.client.add(counter_key(event.number, "moved"), 1)
+
+    def moved_count(self, event: EventMeta) -> int:
+        count = self.client.add(counter_key(event.number, "moved"), 0)
+        return count if 0 <= count <= 4 * self.world_size else 0
+
+    def set_outcome(self, event: EventMeta, outcome: Outcome) -> None:
+        self.client.set(outcome_key(event.number), outcome.to_json())
+        if self.rings_doorbells:
+            self._ring_all(event, "outcome")
+
+    def outcome(self, event: EventMeta, allowed_codes: set[int], kinds: tuple[str, ...]) -> Outcome | None:
+        raw = self.client.read(outcome_key(event.number))
+        if raw is None:
+            return None
+        try:
+            return Outcome.parse(raw, allowed_codes, kinds)
+        except BadValue as error:
+            self.refuse(error)
+            return None
+
+    def close(self, event: EventMeta, announced: dict[int, Announcement], blobs_from: list[int]) -> None:
+        """Initiator, once the summary is written: mark the event closed, then delete the keys of
+        the collection (the dumps are on disk now; blobs are the store host's biggest memory)."""
+        self.client.set(meta_key(event.number), event.to_json(closed=True))
+        keys = [counter_key(event.number, "dumped"), roster_key(event.number), gone_key(event.number),
+                want_key(event.number)]
+        keys += [rank_key(event.number, r) for r in sorted(announced)]
+        for rank in sorted(set(blobs_from) | {r for r, a in announced.items() if a.uploaded}):
+            keys += self._blob_keys_in_use(event, rank)
+        self.client.delete(keys)
+
+    def _blob_keys_in_use(self, event: EventMeta, rank: int) -> list[str]:
+        from lightning_ncclx.events.packing import read_manifest
+
+        keys = blob_keys(event.number, rank, chunks=0)
+        try:
+            chunks, _ = read_manifest(self.client.read(keys[0]), rank)
+        except BadValue:
+            return keys
+        return blob_keys(event.number, rank, chunks=chunks)
+
+    def forget(self, event: EventMeta) -> None:
+        """The store's host, as the job ends: the keys every rank used after the summary."""
+        self.client.delete([counter_key(event.number, "moved"), counter_key(event.number, "leaving"),
+                            outcome_key(event.number)])
+
+    def leaving(self, event: EventMeta, timeout_seconds: float, poll_seconds: float = 0.1) -> None:
+        """Say this rank exits; the store's host (rank 0) waits for the others first, so their
+        last store calls do not hit a closed server."""
+        count = self.client.add(counter_key(event.number, "leaving"), 1)
+        if self.rank != 0:
+            return
+        deadline = self._clock() + timeout_seconds
+        while count < self.world_size and self._clock() < deadline:
+            self._sleep(poll_seconds)
+            count = self.client.add(counter_key(event.number, "leaving"), 0)
+
+    # ------------------------------------------------------------------ processes that are gone
+    def register_process(self, me: ProcessInfo | None) -> None:
+        """Once per watchdog: lets the other ranks of ``me.scope`` check on this process (None:
+        this process cannot be checked, and checks nobody)."""
+        if me is None or not me.scope:
+            return
+        self.client.append(procs_key(me.scope), me.to_json() + "\n")
+        self._me = me
+
+    def _peers_in_scope(self) -> dict[int, ProcessInfo]:
+        if self._me is None:
+            return {}
+        raw = self.client.read(procs_key(self._me.scope)) or b""
+        if len(raw) > MAX_PROCS_BYTES:
+            self.refuse(f"procs/{self._me.scope[:40]}: {len(raw)} bytes, over the cap: liveness unknown")
+            return {}
+        latest: dict[int, ProcessInfo] = {}
+        for line in raw.splitlines():
+            if not line.strip():
+                continue
+            try:
+                info = ProcessInfo.from_json(line, self.world_size)
+            except BadValue as error:
+                if len(self.refused) < 8:
+                    self.refuse(error)
+                continue
+            if info.rank != self.rank and info.scope == self._me.scope:
+                latest[info.rank] = info
+        return latest
+
+    def silent_local_ranks(self, ranks: list[int]) -> dict[int, tuple[ProcessInfo, str]]:
+        """Of ``ranks`` (that did not dump), those of this scope whose process is alive, with its
+        ``/proc`` state letter: alive, yet its watchdog never answered."""
+        out: dict[int, tuple[ProcessInfo, str]] = {}
+        peers = self._peers_in_scope()
+        for r in ranks:
+            info = peers.get(r)
+            state = state_of(info) if info is not None else None
+            if info is not None and state is not None:
+                out[r] = (info, state)
+        return out
+
+    def check_local_peers(self, event: EventMeta) -> set[int]:
+        """Ranks of this host whose process is gone (newly found ones are reported to all)."""
+        gone = {r for r, info in self._peers_in_scope().items() if is_gone(info)}
+        reported = self._reported_gone.setdefault(event.number, set())
+        new = sorted(gone - reported)
+        if new:
+            self.client.append(gone_key(event.number), "".join(f"{r}\n" for r in new))
+            reported.update(new)
+        return gone
+
+    def gone_ranks(self, event: EventMeta) -> set[int]:
+        """Every rank some rank of its host reported gone during ``event``."""
+        ranks, notes = parse_rank_lines(self.client.read(gone_key(event.number)), self.world_size, "gone ranks")
+        for note in notes:
+            self.refuse(note)
+        return set(ranks)
+
+    def _missing_but_gone(self, event: EventMeta) -> int:
+        self.check_local_peers(event)
+        gone = sorted(self.gone_ranks(event))
+        if not gone:
+            return 0
+        announced = set(parse_rank_lines(self.client.read(roster_key(event.number)), self.world_size)[0])
+        return sum(1 for r in gone if r not in announced)
+
+    def launcher_parent(self) -> ProcessInfo | None:
+        """The rank whose process started this one, if any: Lightning's own launcher runs local
+        rank 0 in the launching process and the other local ranks as its children. That parent
+        has to exit first, or its child-process observer SIGKILLs it (and the job reports -9)
+        as soon as it sees a child exit."""
+        ppid = os.getppid()
+        for info in self._peers_in_scope().values():
+            if info.pid == ppid:
+                return info
+        return None
+
+
+__all__ = ["EventCoordinator", "MAX_META_BYTES"]

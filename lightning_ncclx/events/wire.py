@@ -1,0 +1,264 @@
+"""The values ranks exchange through the store, and their validation.
+
+The job's TCPStore has no authentication: anyone who reaches it can write any key. So every
+value read back is checked here before it is used: its size is capped before it is parsed, its
+JSON must have the expected shape, numbers must be finite and in range, names must be plain
+names. A value that fails raises :class:`BadValue` with the reason; the caller drops that one
+entry (and says so in ``collection.json``), never the others.
+
+Example::
+
+    meta = EventMeta.parse(3, raw, world_size=8)         # raises BadValue on a planted value
+    ranks = parse_rank_lines(b"0\\n3\\nx\\n", world_size=8)  # ([0, 3], ["line 3: 'x' ..."])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from lightning_ncclx.events.keys import REASONS, event_name, is_event_name, is_safe_name
+
+STORE_VALUE_LIMIT = 8 * 1024 * 1024
+"""torch's libuv store refuses a value over 8 MiB and closes the sender's connection."""
+MAX_META_BYTES = 1024
+MAX_HEADER_BYTES = 8 * 1024
+MAX_DIGEST_BYTES = 1024 * 1024
+MAX_OUTCOME_BYTES = 16 * 1024
+MAX_LIST_ENTRIES = 1 << 20
+MAX_TEXT_CHARS = 512
+MAX_FILES_ANNOUNCED = 64
+MAX_PID = 1 << 22
+"""Linux's largest ``pid_max``."""
+
+
+class BadValue(ValueError):
+    """A store value that is missing, too large or not what the protocol writes there."""
+
+
+def _decode_json(raw: bytes | str | None, max_bytes: int, what: str) -> Any:
+    if raw is None:
+        raise BadValue(f"{what}: missing")
+    if len(raw) > max_bytes:
+        raise BadValue(f"{what}: {len(raw)} bytes, over the {max_bytes}-byte cap")
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError, UnicodeDecodeError) as error:
+        raise BadValue(f"{what}: not JSON ({type(error).__name__})") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def json_object(raw: bytes | str | None, max_bytes: int, what: str) -> dict[str, Any]:
+    data = _decode_json(raw, max_bytes, what)
+    if not isinstance(data, dict):
+        raise BadValue(f"{what}: a JSON {type(data).__name__} where an object belongs")
+    return data
+
+
+def as_int(value: Any, what: str, low: int, high: int) -> int:
+    """An int in ``[low, high)``; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < high:
+        raise BadValue(f"{what}: {_show(value)} is not an integer in [{low}, {high})")
+    return value
+
+
+def as_finite(value: Any, what: str, low: float = 0.0, high: float = 1e9) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadValue(f"{what}: {_show(value)} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or not low <= number <= high:
+        raise BadValue(f"{what}: {_show(value)} is not a finite number in [{low}, {high}]")
+    return number
+
+
+def as_text(value: Any, what: str, limit: int = MAX_TEXT_CHARS) -> str:
+    if not isinstance(value, str):
+        raise BadValue(f"{what}: {_show(value)} is not a string")
+    return value[:limit]
+
+
+def as_safe_name(value: Any, what: str) -> str:
+    if not is_safe_name(value):
+        raise BadValue(f"{what}: {_show(value)} is not a plain name")
+    return str(value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class EventMeta:
+    """``ev/<n>/meta``: which event this is, who started it and whether it is over."""
+
+    number: int
+    name: str
+    reason: str
+    initiator: int
+    opened: float | None = None
+    """The initiator's wall clock when it proposed the event (unix seconds)."""
+    closed: bool = False
+
+    @classmethod
+    def new(cls, number: int, reason: str, initiator: int, opened: float, name: str | None = None) -> "EventMeta":
+        return cls(number, name or event_name(reason, number, initiator), reason, initiator, round(opened, 3))
+
+    def to_json(self, closed: bool | None = None) -> str:
+        data: dict[str, Any] = {"name": self.name, "reason": self.reason, "initiator": self.initiator}
+        if self.opened is not None:
+            data["opened"] = round(self.opened, 3)
+        if self.closed if closed is None else closed:
+            data["closed"] = True
+        return json.dumps(data)
+
+    @classmethod
+    def parse(cls, number: int, raw: bytes | str | None, world_size: int) -> "EventMeta":
+        data = json_object(raw, MAX_META_BYTES, f"event {number}'s meta")
+        reason = data.get("reason")
+        if reason not in REASONS:
+            raise BadValue(f"event {number}'s meta: reason {_show(reason)} is not one of {', '.join(REASONS)}")
+        initiator = as_int(data.get("initiator"), f"event {number}'s initiator", 0, world_size)
+        name = data.get("name")
+        if not is_event_name(name, reason, number, initiator):
+            raise BadValue(f"event {number}'s meta: name {_show(name)} is not an event name of this protocol")
+        opened = data.get("opened")
+        return cls(number, name, reason, initiator,
+                   None if opened is None else as_finite(opened, f"event {number}'s opening time", 0.0, 1e11),
+                   data.get("closed") is True)
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """``ev/<n>/rank/<r>``: where rank ``r``'s dump is, and its digest in a two-phase gather.
+
+    One value per rank (a JSON header line, then the digest's bytes), so that the initiator
+    reads many ranks in one ``multi_get``."""
+
+    rank: int
+    host: str
+    files: tuple[str, ...]
+    folder: str
+    """Where the rank wrote its dump, on its own host (shown to the user, never opened here)."""
+    digest: bytes | None = None
+    uploaded: bool = False
+    """The whole dump is in the store too (``ev/<n>/blob/<r>``)."""
+
+    def encode(self) -> bytes:
+        header = {"rank": self.rank, "host": self.host, "files": list(self.files), "folder": self.folder,
+                  "uploaded": self.uploaded}
+        if self.digest is not None:
+            header["digest_bytes"] = len(self.digest)
+        return json.dumps(header).encode() + b"\n" + (self.digest or b"")
+
+    @classmethod
+    def parse(cls, rank: int, raw: bytes | None) -> "Announcement":
+        if raw is None:
+            raise BadValue(f"rank {rank}'s announcement: missing")
+        if len(raw) > MAX_HEADER_BYTES + MAX_DIGEST_BYTES + 1:
+            raise BadValue(f"rank {rank}'s announcement: {len(raw)} bytes, over the cap")
+        head, newline, payload = raw.partition(b"\n")
+        data = json_object(head, MAX_HEADER_BYTES, f"rank {rank}'s announcement")
+        if data.get("rank") != rank:
+            raise BadValue(f"rank {rank}'s announcement names rank {_show(data.get('rank'))}")
+        files = data.get("files")
+        if not isinstance(files, list) or len(files) > MAX_FILES_ANNOUNCED:
+            raise BadValue(f"rank {rank}'s announcement: files {_show(files)} is not a short list")
+        names = tuple(as_safe_name(f, f"rank {rank}'s file name") for f in files)
+        digest_bytes = data.get("digest_bytes")
+        digest = None
+        if digest_bytes is not None:
+            size = as_int(digest_bytes, f"rank {rank}'s digest size", 0, MAX_DIGEST_BYTES + 1)
+            if not newline or len(payload) != size:
+                raise BadValue(f"rank {rank}'s announcement: digest of {len(payload)} bytes, {size} announced")
+            digest = payload
+        return cls(rank, as_safe_name(data.get("host"), f"rank {rank}'s host"), names,
+                   as_text(data.get("folder", ""), f"rank {rank}'s folder", 4096), digest, data.get("uploaded") is True)
+
+
+def parse_rank_lines(raw: bytes | None, world_size: int, what: str = "ranks") -> tuple[list[int], list[str]]:
+    """Rank numbers, one per line (``roster``, ``gone``); bad lines are left out and described."""
+    if not raw:
+        return [], []
+    if len(raw) > 16 * (world_size + 64) + 4096:
+        return [], [f"{what}: {len(raw)} bytes for {world_size} ranks, over the cap: ignored"]
+    ranks: dict[int, None] = {}
+    notes: list[str] = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        text = line.strip()
+        if not text:
+            continue
+        if text.isdigit() and len(text) <= 9 and int(text) < world_size:
+            ranks[int(text)] = None
+        elif len(notes) < 8:
+            notes.append(f"{what}, line {number}: {_show(text[:40])} is not a rank of this job")
+    return list(ranks), notes
+
+
+def parse_rank_list(raw: bytes | None, world_size: int, what: str) -> list[int]:
+    """A JSON list of distinct ranks (``want``)."""
+    data = _decode_json(raw, 16 * (world_size + 64) + 4096, what)
+    if not isinstance(data, list) or len(data) > world_size:
+        raise BadValue(f"{what}: {_show(data)} is not a list of at most {world_size} ranks")
+    return sorted({as_int(r, f"{what} entry", 0, world_size) for r in data})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``ev/<n>/outcome``: the initiator's last word on an event."""
+
+    recovered: bool = False
+    lasted_seconds: float | None = None
+    """Recovered: from the heartbeat the event was about to the last rank moving on."""
+    exit: bool = False
+    code: int | None = None
+    kind: str | None = None
+    advice: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"recovered": self.recovered, "exit": self.exit}
+        if self.lasted_seconds is not None:
+            data["lasted_seconds"] = round(self.lasted_seconds, 3)
+        if self.exit:
+            data.update(code=self.code, kind=self.kind, advice=self.advice)
+        return json.dumps(data, default=str)
+
+    @classmethod
+    def parse(cls, raw: bytes | None, allowed_codes: Iterable[int], kinds: Iterable[str]) -> "Outcome":
+        data = json_object(raw, MAX_OUTCOME_BYTES, "event outcome")
+        recovered = data.get("recovered") is True
+        leave = data.get("exit") is True
+        if recovered == leave:
+            raise BadValue("event outcome: neither recovered nor an exit (or both)")
+        if recovered:
+            lasted = data.get("lasted_seconds")
+            return cls(recovered=True, lasted_seconds=None if lasted is None else as_finite(
+                lasted, "recovered event's duration", 0.0, 1e7))
+        allowed = sorted(set(allowed_codes))
+        code = data.get("code")
+        if isinstance(code, bool) or code not in allowed:
+            raise BadValue(f"event outcome: exit code {_show(code)} is none this job's config gives ({allowed})")
+        kind = data.get("kind")
+        if kind is not None and kind not in set(kinds):
+            raise BadValue(f"event outcome: {_show(kind)} is not a hang kind")
+        return cls(exit=True, code=code, kind=kind, advice=_advice(data.get("advice")))
+
+
+def _advice(value: Any) -> dict[str, Any]:
+    """The restart advice, cut down to its known fields with plain values."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(value.get("action"), str):
+        out["action"] = value["action"][:64]
+    if isinstance(value.get("reason"), str):
+        out["reason"] = value["reason"][:MAX_TEXT_CHARS]
+    hosts = value.get("hosts_to_exclude")
+    if isinstance(hosts, list):
+        out["hosts_to_exclude"] = [h for h in hosts[:64] if is_safe_name(h)]
+    return out

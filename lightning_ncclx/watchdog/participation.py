@@ -1,0 +1,375 @@
+"""One rank's part in a dump event, step by step, and what it does until the event's outcome.
+
+Taking part (:meth:`EventParticipation.take_part`): write this rank's dump, announce it (with a
+digest or the whole dump through the store), look for exited processes on this host, tell the
+loggers; the initiator then gathers and summarizes. Evidence is written as early as possible
+(stacks are freshest then), but nothing destructive happens yet.
+
+Following (:meth:`EventParticipation.follow`, at every watchdog tick while an event is open):
+
+- every rank adds 1 to ``moved`` once its heartbeat moves past the one the event was about;
+- a wanted rank (two-phase gather) sends its full dump when its bell rings;
+- the initiator declares the event **recovered** when every rank that dumped has moved on: the
+  summary, ``collection.json``, the log and the bells say so, the event no longer counts against
+  ``max_dumps_per_run``, and each rank learns that a wait at that site ends (the consensus waits
+  longer there next time);
+- with ``dump_and_exit`` the initiator ends the job only once the hang is **confirmed**: no
+  recovery within the learned step threshold since the heartbeat the event was about (an
+  exception is confirmed at once). A rank obeys that exit order only while its own heartbeat is
+  at least as old as its own step threshold, so an order planted in the store can never end a
+  rank that is making progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lightning_ncclx.config import HANG_KINDS, StallAction, WatchdogConfig, exit_code_for
+from lightning_ncclx.dump.digest import digest_files
+from lightning_ncclx.dump.writer import host_name, write_rank_dump
+from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.gather import CollectionResult, record_recovery
+from lightning_ncclx.events.keys import safe_host
+from lightning_ncclx.events.packing import pack_named
+from lightning_ncclx.events.wire import Announcement, EventMeta, Outcome
+from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+
+log = logging.getLogger(__name__)
+
+EXIT_WAIT_MARGIN_SECONDS = 60.0
+"""Beyond the confirmation window and the collection, how long a rank waits for an initiator that
+never says how the event ended before it decides alone (it must be stuck past its own threshold)."""
+RANKS_PER_EXTRA_SECOND = 256
+"""Waits grow with the job: one more second per this many ranks (the store serves them in turn)."""
+MAX_FOLLOW_GAP_SECONDS = 30.0
+
+
+def scaled(seconds: float, world_size: int) -> float:
+    """``seconds`` plus one per ``RANKS_PER_EXTRA_SECOND`` ranks."""
+    return seconds + world_size / RANKS_PER_EXTRA_SECOND
+
+
+@dataclass
+class OpenEvent:
+    """An event this rank dumped for, followed until its outcome."""
+
+    event: EventMeta
+    initiator: bool
+    beat_seq: int
+    beat_time: float
+    """The heartbeat the event was about (seq and monotonic time)."""
+    exit_job: bool
+    files: list[Path]
+    site: str | None = None
+    """Where this rank's main thread was (for the consensus to learn from a recovery)."""
+    raised: bool = False
+    """This rank raised the exception the event is about (it is not making progress)."""
+    awaiting_want: bool = False
+    moved_reported: bool = False
+    result: CollectionResult | None = None
+    expected_movers: int = 0
+    confirm_at: float = math.inf
+    give_up_at: float = math.inf
+    exit_order: Outcome | None = None
+    next_check: float = 0.0
+    checks: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def may_recover(self) -> bool:
+        """Only a stall can end by itself (an exception is a confirmed failure; an on-demand dump
+        is no alarm)."""
+        return self.event.reason == "stall"
+
+    @property
+    def pending(self) -> bool:
+        """Something is still to come: a recovery, an exit order, or the initiator's want."""
+        return self.may_recover or self.exit_job or self.awaiting_want
+
+
+class Runtime(Protocol):
+    """What the event steps use of the rank's watchdog (:class:`~lightning_ncclx.watchdog.runtime.WatchdogRuntime`)."""
+
+    rank: int
+    world_size: int
+    config: WatchdogConfig
+    coordinator: EventCoordinator
+    heartbeat: Heartbeat
+    dump_dir: Path
+    stack_traces: bool
+    cuda_device: int | None
+    detection: dict | None
+    stall_events: int
+    events_taken_part: int
+
+    def clock(self) -> float: ...
+    def listening(self) -> bool: ...
+    def allowed_exit_codes(self) -> set[int]: ...
+    def site_now(self) -> str | None: ...
+    def learn_recovery(self, site: str | None, seconds: float) -> None: ...
+    def native_stacks_disarm(self) -> None: ...
+    def note_on_demand(self) -> None: ...
+    def write_side_files(self, folder: Path) -> None: ...
+    def notify_dumped(self, reason: str) -> None: ...
+    def summarize(self, event: EventMeta, folder: Path) -> CollectionResult: ...
+    def report_kind(self, event: EventMeta, kind: str | None, advice: dict[str, Any] | None) -> None: ...
+    def leave(self, event: EventMeta) -> None: ...
+    def exit_job(self, event: EventMeta, exit_code: int) -> None: ...
+
+
+class EventParticipation:
+    """The event steps of one rank's watchdog; state lives here, the runtime calls in."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.open: dict[int, OpenEvent] = {}
+        self.recovered_events = 0
+
+    # ------------------------------------------------------------------ taking part
+    def take_part(self, event: EventMeta, exception: str | None = None) -> CollectionResult | None:
+        """Dump this rank into the event's folder; the initiator then collects and summarizes.
+        Caller holds the runtime's event lock."""
+        rt = self.rt
+        initiator = event.initiator == rt.rank
+        beat = rt.heartbeat.last
+        rt.native_stacks_disarm()
+        self._count(event)
+        folder = rt.dump_dir / event.name
+        files = self._write_dump(event, folder, initiator, exception)
+        two_phase = rt.config.two_phase_gather(rt.world_size)
+        self._announce(event, files, folder, initiator, two_phase)
+        self._check_local_peers(event)
+        rt.notify_dumped(event.reason)
+        exit_job = event.reason in ("stall", "exception") and rt.config.on_stall is StallAction.dump_and_exit
+        opened = OpenEvent(event, initiator, beat.seq, beat.time, exit_job, files, site=rt.site_now(),
+                           raised=exception is not None, awaiting_want=two_phase and not initiator)
+        if opened.pending:
+            self.open[event.number] = opened
+        if initiator:
+            opened.result = rt.summarize(event, folder)
+            self._close(opened)
+            self._arm_confirmation(opened, exception is not None)
+        else:
+            opened.give_up_at = self._give_up_at(opened)
+        self.follow(force=True)
+        return opened.result
+
+    def _count(self, event: EventMeta) -> None:
+        rt = self.rt
+        if event.reason == "stall":
+            rt.heartbeat.mark_reported()  # this stall is being handled: no second alarm for it
+            rt.stall_events += 1
+        if event.reason == "on_demand":
+            rt.note_on_demand()
+
+    def _write_dump(self, event: EventMeta, folder: Path, initiator: bool, exception: str | None) -> list[Path]:
+        rt = self.rt
+        progress = dict(rt.heartbeat.progress(), stall_events=rt.stall_events)
+        if initiator and event.reason == "stall":
+            progress["detection"] = rt.detection or {"by": "step_threshold"}
+        files = write_rank_dump(
+            folder, event=event.name, reason=event.reason if initiator else "peer_request",
+            initiator_rank=event.initiator, progress=progress, stack_traces=rt.stack_traces,
+            exception=exception, cuda_device=rt.cuda_device,
+        )
+        log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", rt.rank, event.name,
+                    event.reason, event.initiator, len(files), folder)
+        rt.write_side_files(folder)
+        rt.events_taken_part += 1
+        return files
+
+    def _announce(self, event: EventMeta, files: list[Path], folder: Path, initiator: bool, two_phase: bool) -> None:
+        rt = self.rt
+        digest = None
+        upload: list[Path] | None = None
+        if rt.config.gather_through_store and not initiator:
+            if two_phase:
+                try:
+                    digest = pack_named(digest_files(files))
+                except Exception:  # noqa: BLE001 - the initiator then names this rank's dump as kept on its host
+                    log.warning("[rank %d] making the digest failed", rt.rank, exc_info=True)
+            else:
+                upload = files
+        announcement = Announcement(rt.rank, safe_host(host_name()), tuple(p.name for p in files), str(folder),
+                                    digest)
+        try:
+            rt.coordinator.announce(event, announcement, upload)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] announcing the dump through the store failed", rt.rank, exc_info=True)
+
+    def _check_local_peers(self, event: EventMeta) -> None:
+        rt = self.rt
+        try:
+            gone = rt.coordinator.check_local_peers(event)
+            if gone:
+                log.warning("[rank %d] %s: the process of rank(s) %s on this host is gone", rt.rank, event.name,
+                            sorted(gone))
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] checking this host's other ranks failed", rt.rank, exc_info=True)
+
+    def _close(self, opened: OpenEvent) -> None:
+        rt, result = self.rt, opened.result
+        if result is None:
+            return
+        try:
+            rt.coordinator.close(opened.event, result.announced, result.blobs_from)
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] clearing %s's store keys failed", rt.rank, opened.event.name, exc_info=True)
+        opened.expected_movers = len([r for r in result.dumped_ranks if r not in result.gone_ranks])
+
+    def _confirmation_bar(self) -> float:
+        """How old a heartbeat must be before a hang counts as confirmed: the learned step
+        threshold (the same bar the step threshold alone would have needed)."""
+        return self.rt.heartbeat.threshold(Phase.train_step)
+
+    def _arm_confirmation(self, opened: OpenEvent, raised: bool) -> None:
+        if not opened.exit_job:
+            return
+        opened.confirm_at = -math.inf if raised else opened.beat_time + self._confirmation_bar()
+
+    def _give_up_at(self, opened: OpenEvent) -> float:
+        config = self.rt.config
+        wait = self._confirmation_bar() + config.collect_timeout_seconds + EXIT_WAIT_MARGIN_SECONDS
+        return opened.beat_time + scaled(wait, self.rt.world_size)
+
+    # ------------------------------------------------------------------ following
+    def follow(self, *, force: bool = False, rung: bool = False) -> None:
+        """One step for every open event; ``rung``: this rank's bell rang since the last call."""
+        for opened in list(self.open.values()):
+            try:
+                self._follow_one(opened, force or rung)
+            except Exception:  # noqa: BLE001 - the store may be gone; try again at the next tick
+                log.warning("[rank %d] following %s failed", self.rt.rank, opened.event.name, exc_info=True)
+
+    def _due(self, opened: OpenEvent, rung: bool) -> bool:
+        """Read the event's keys now? At a ring; without a listening doorbell, with a growing gap."""
+        now = self.rt.clock()
+        if rung or (not self.rt.listening() and now >= opened.next_check) or opened.initiator:
+            opened.checks += 1
+            opened.next_check = now + min(MAX_FOLLOW_GAP_SECONDS, self.rt.config.poll_interval_seconds *
+                                          2 ** min(opened.checks, 6))
+            return True
+        return False
+
+    def _follow_one(self, opened: OpenEvent, rung: bool) -> None:
+        rt = self.rt
+        beat = rt.heartbeat.last
+        if (opened.may_recover and not opened.moved_reported and beat.seq != opened.beat_seq
+                and beat.phase is not Phase.idle):
+            rt.coordinator.report_moved(opened.event)
+            opened.moved_reported = True
+        if opened.initiator:
+            self._decide(opened)
+            return
+        waiting_to_leave = opened.exit_order is not None or (opened.exit_job and rt.clock() >= opened.give_up_at)
+        if not self._due(opened, rung) and not waiting_to_leave:
+            return
+        if opened.awaiting_want:
+            self._serve_want(opened)
+        if not opened.pending:
+            self.open.pop(opened.event.number, None)
+            return
+        if opened.exit_order is None:
+            outcome = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
+            if outcome is not None and outcome.recovered:
+                if opened.may_recover:
+                    self._recovered(opened, outcome.lasted_seconds)
+                    return
+                rt.coordinator.refuse(f"{opened.event.name}: a recovery of a {opened.event.reason} event")
+                outcome = None
+            opened.exit_order = outcome
+        self._maybe_exit(opened)
+
+    def _serve_want(self, opened: OpenEvent) -> None:
+        rt = self.rt
+        wanted = rt.coordinator.wanted(opened.event)
+        if wanted is None:
+            if rt.coordinator.is_closed(opened.event):
+                opened.awaiting_want = False  # summarized without asking: nothing to send
+            return
+        opened.awaiting_want = False
+        if rt.rank in wanted and opened.files:
+            if rt.coordinator.upload_full(opened.event, opened.files):
+                log.info("[rank %d] %s: the summarizing rank asked for this rank's full dump: sent", rt.rank,
+                         opened.event.name)
+
+    def _decide(self, opened: OpenEvent) -> None:
+        rt = self.rt
+        if not opened.pending:
+            self.open.pop(opened.event.number, None)
+            return
+        if (opened.may_recover and opened.expected_movers
+                and rt.coordinator.moved_count(opened.event) >= opened.expected_movers):
+            lasted = max(0.0, rt.clock() - opened.beat_time)
+            try:
+                rt.coordinator.set_outcome(opened.event, Outcome(recovered=True, lasted_seconds=lasted))
+            except Exception:  # noqa: BLE001 - the others learn nothing; this rank still records it
+                log.warning("[rank %d] announcing the recovery of %s failed", rt.rank, opened.event.name,
+                            exc_info=True)
+            self._recovered(opened, lasted)
+            return
+        if not opened.exit_job or rt.clock() < opened.confirm_at:
+            return
+        result = opened.result
+        kind = result.hang_kind if result is not None else None
+        code = exit_code_for(kind, rt.config)
+        try:
+            rt.coordinator.set_outcome(opened.event, Outcome(exit=True, code=code, kind=kind,
+                                                             advice=result.restart_advice if result else {}))
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] announcing the end of the job failed", rt.rank, exc_info=True)
+        del self.open[opened.event.number]
+        log.error("[rank %d] %s: no rank moved on within %.1f s of the heartbeat it was about: the hang is "
+                  "confirmed", rt.rank, opened.event.name, self._confirmation_bar())
+        if opened.event.reason == "exception":
+            rt.leave(opened.event)  # the exception ends this rank's fit itself, after the others' exit
+        else:
+            rt.exit_job(opened.event, code)
+
+    def _recovered(self, opened: OpenEvent, lasted: float | None) -> None:
+        rt = self.rt
+        self.open.pop(opened.event.number, None)
+        self.recovered_events += 1
+        if opened.event.reason == "stall":
+            rt.stall_events = max(0, rt.stall_events - 1)
+        seconds = lasted if lasted is not None else max(0.0, rt.clock() - opened.beat_time)
+        log.warning("[rank %d] %s recovered after %.1f s: not a hang", rt.rank, opened.event.name, seconds)
+        if opened.result is not None:
+            record_recovery(opened.result, {"recovered": True, "lasted_seconds": round(seconds, 3),
+                                            "ranks_moved_on": opened.expected_movers})
+        rt.learn_recovery(opened.site, seconds)
+
+    def _maybe_exit(self, opened: OpenEvent) -> None:
+        """Leave on the initiator's order (or alone, when it never answers) once this rank's own
+        heartbeat is at least its step threshold old: never while it makes progress."""
+        rt = self.rt
+        order = opened.exit_order
+        beat = rt.heartbeat.last
+        if not opened.exit_job:
+            return  # ``dump`` never ends the job: an exit order here was not written by an initiator
+        stuck_for = rt.clock() - beat.time
+        if not opened.raised and (beat.seq != opened.beat_seq or stuck_for < self._confirmation_bar()):
+            if order is not None and not opened.notes:
+                opened.notes.append("deferred")
+                log.warning("[rank %d] %s: the job is to end (exit %s), but this rank's heartbeat is %.1f s old, "
+                            "under its %.1f s threshold: leaving once it is stuck that long", rt.rank,
+                            opened.event.name, order.code, stuck_for, self._confirmation_bar())
+            return
+        if order is None:
+            if rt.clock() < opened.give_up_at:
+                return
+            code = rt.config.exit_code
+            log.error("[rank %d] %s: the summarizing rank never said how the event ended; this rank is stuck for "
+                      "%.1f s: leaving with %d", rt.rank, opened.event.name, stuck_for, code)
+        else:
+            code = int(order.code if order.code is not None else rt.config.exit_code)
+            rt.report_kind(opened.event, order.kind, order.advice)
+        del self.open[opened.event.number]
+        rt.exit_job(opened.event, code)
+
+
+__all__ = ["EventParticipation", "OpenEvent", "scaled"]
