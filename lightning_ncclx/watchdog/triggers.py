@@ -6,9 +6,15 @@ which in a hang is never. The C-level part of Python's handler runs at once, on 
 the kernel picks, and writes the signal's number to the *wakeup fd* (``signal.set_wakeup_fd``).
 The watchdog thread waits on that pipe between polls, so the dump starts within milliseconds.
 
-The user's own handler for the signal keeps running (chained, on the main thread as before).
-Where the wakeup fd is already taken (an asyncio loop on the main thread), it is left alone and
-the signal is seen when the main thread next runs Python, as before.
+What was there before is what is there after, and keeps working meanwhile:
+
+- a Python handler of the user's keeps running (chained, on the main thread as before);
+- a handler set in C (``faulthandler.register(SIGUSR2)``, a native library), which Python's
+  table does not show and ``signal.signal`` could not put back, is left alone: the signal then
+  is not a dump trigger in this process (the trigger file still is);
+- a handler installed after the watchdog's, in Python or in C, stays when the watchdog stops;
+- the wakeup fd is taken only when none is set (an asyncio loop's stays), and given back only
+  while it is still ours (see :mod:`process_signals`).
 
 The file trigger: ``touch <dump_dir>/DUMP_NOW`` on any host; the rank that renames it away first
 starts the event (one rename per check, only by each host's local rank 0).
@@ -24,6 +30,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from lightning_ncclx.watchdog.process_signals import (
+    KernelAction, give_back_wakeup_fd, read_action, take_wakeup_fd, write_action,
+)
+
 log = logging.getLogger(__name__)
 
 FILE_CHECK_EVERY_SECONDS = 2.0
@@ -31,16 +41,21 @@ _WAKE = b"\0"  # no signal has number 0: a byte that only says "look at the stop
 
 
 class SignalWakeup:
-    """Delivers one signal to the watchdog thread's :meth:`wait` and chains the previous handler."""
+    """Delivers one signal to the watchdog thread's :meth:`wait`; the handler it found keeps working."""
 
     def __init__(self, signal_name: str | None) -> None:
         self.signal_name = signal_name
         self._number: int | None = None
+        """The signal's number while this object's handler is installed and in use."""
         self._previous: Any = None
+        self._kernel_before: KernelAction | None = None
+        self._python_handler_address: int | None = None
+        """The kernel's handler once ours is installed: Python's C function, the same for every signal."""
         self._read_fd: int | None = None
         self._write_fd: int | None = None
         self._owns_wakeup_fd = False
         self._flag = threading.Event()
+        self._installed_handler = self._handler  # one bound method, so that `is` finds it in Python's table
 
     @property
     def delivers_while_blocked(self) -> bool:
@@ -55,38 +70,74 @@ class SignalWakeup:
         if self.signal_name is None or threading.current_thread() is not threading.main_thread():
             return
         number = getattr(signal, self.signal_name)
-        self._previous = signal.signal(number, self._handler)
+        if not self._take_signal(number):
+            return
         self._number = number
         try:
-            previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+            self._owns_wakeup_fd = take_wakeup_fd(self._write_fd)
         except (ValueError, OSError):
             log.warning("set_wakeup_fd failed: %s is seen only when the main thread runs Python",
                         self.signal_name, exc_info=True)
             return
-        if previous_fd != -1:  # somebody else's (asyncio): theirs stays, ours is the slower path
-            signal.set_wakeup_fd(previous_fd)
+        if not self._owns_wakeup_fd:  # somebody else's (asyncio): theirs stays, ours is the slower path
             log.info("the signal wakeup fd is in use: %s is seen only when the main thread runs Python",
                      self.signal_name)
-            return
-        self._owns_wakeup_fd = True
+
+    def _take_signal(self, number: int) -> bool:
+        """Install the handler unless the signal has one Python could not put back."""
+        python_view = signal.getsignal(number)
+        before = read_action(number)
+        if python_view is None or (before is not None and _is_default_or_ignore(python_view)
+                                   and before.handler != int(python_view)):
+            self._leave_alone()
+            return False
+        self._previous = signal.signal(number, self._installed_handler)
+        after = read_action(number) if before is not None else None
+        if after is not None and not _is_default_or_ignore(python_view) and after.handler != before.handler:
+            # a C handler sat over the user's Python one (faulthandler.register after signal.signal)
+            signal.signal(number, python_view)
+            write_action(number, before)
+            self._leave_alone()
+            return False
+        self._kernel_before = before
+        self._python_handler_address = after.handler if after is not None else None
+        return True
+
+    def _leave_alone(self) -> None:
+        log.warning("%s has a handler set outside Python (faulthandler.register or a native library): it is "
+                    "left in place, and %s does not start a dump in this process (the on-demand file does)",
+                    self.signal_name, self.signal_name)
 
     def uninstall(self) -> None:
+        """Give back the handler and the wakeup fd, each only while it is still ours (main thread)."""
         if threading.current_thread() is threading.main_thread():
-            if self._owns_wakeup_fd:
+            if self._owns_wakeup_fd and self._write_fd is not None:
                 try:
-                    current = signal.set_wakeup_fd(-1)
-                    if current not in (-1, self._write_fd):  # replaced after us: put theirs back
-                        signal.set_wakeup_fd(current)
+                    if not give_back_wakeup_fd(self._write_fd):
+                        log.info("the signal wakeup fd was replaced after the watchdog's: left in place")
                 except (ValueError, OSError):
-                    log.warning("restoring the signal wakeup fd failed", exc_info=True)
+                    log.warning("giving back the signal wakeup fd failed", exc_info=True)
                 self._owns_wakeup_fd = False
             if self._number is not None:
-                try:
-                    signal.signal(self._number, self._previous if self._previous is not None else signal.SIG_DFL)
-                except (ValueError, OSError, TypeError):
-                    log.warning("restoring the %s handler failed", self.signal_name, exc_info=True)
+                self._give_back_signal(self._number)
                 self._number = None
         self.wake()
+
+    def _give_back_signal(self, number: int) -> None:
+        try:
+            if signal.getsignal(number) is not self._installed_handler:
+                log.info("the %s handler was replaced after the watchdog's: left in place", self.signal_name)
+                return
+            now = read_action(number) if self._python_handler_address is not None else None
+            if now is not None and now.handler != self._python_handler_address:
+                log.info("a handler set outside Python replaced the watchdog's %s handler: left in place",
+                         self.signal_name)
+                return
+            signal.signal(number, self._previous)
+            if self._kernel_before is not None:
+                write_action(number, self._kernel_before)  # the same handler; its flags and mask as they were
+        except (ValueError, OSError, TypeError):
+            log.warning("restoring the %s handler failed", self.signal_name, exc_info=True)
 
     def close(self) -> None:
         """Close the pipe (after the watchdog thread ended and the wakeup fd was given back)."""
@@ -101,8 +152,9 @@ class SignalWakeup:
         self._read_fd = self._write_fd = None
 
     def _handler(self, signum: int, frame: Any) -> None:
-        """Main thread, whenever it next runs Python."""
-        if not self._owns_wakeup_fd:
+        """Main thread, whenever it next runs Python. Once uninstalled it only passes the signal
+        on: a handler installed after it may still call it."""
+        if self._number is not None and not self._owns_wakeup_fd:
             self._flag.set()
             self.wake()
         previous = self._previous
@@ -131,8 +183,13 @@ class SignalWakeup:
                 data = os.read(self._read_fd, 4096)
             except (BlockingIOError, OSError):
                 data = b""
-            got = self._number is not None and bytes([self._number]) in data
+            number = self._number
+            got = number is not None and bytes([number]) in data
         return _consume(self._flag) or got
+
+
+def _is_default_or_ignore(handler: Any) -> bool:
+    return handler is signal.SIG_DFL or handler is signal.SIG_IGN
 
 
 def _consume(flag: threading.Event) -> bool:
