@@ -34,7 +34,7 @@ def _version(distribution: str) -> str | None:
 def collect_report() -> DoctorReport:
     from lightning_ncclx.backend.recorder_env import malformed_variables, recorder_variables_in_effect
     from lightning_ncclx.backend.resolve import nccl_resolution, probe_capabilities
-    from lightning_ncclx.backend.serving import nccl_version
+    from lightning_ncclx.backend.torch_api import nccl_version
 
     import torch
     import torch.distributed as dist
