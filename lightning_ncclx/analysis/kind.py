@@ -2,7 +2,7 @@
 
 Pure functions of the summary (which already carries what the watchdog learnt when collecting:
 ranks whose process had exited, ranks alive but silent). The kinds follow the split a person on
-call has to make: our code (fix it; a restart hangs again), a sick host (restart without it), or
+call has to make: the program's code (fix it; a restart hangs again), a sick host (restart without it), or
 the layer below the collective (collect NCCL's own evidence).
 
 Example::

@@ -63,7 +63,7 @@ class SignalWakeup:
             log.warning("set_wakeup_fd failed: %s is seen only when the main thread runs Python",
                         self.signal_name, exc_info=True)
             return
-        if previous_fd != -1:  # somebody else's (asyncio): theirs stays, ours is the slower path
+        if previous_fd != -1:  # somebody else's (asyncio): theirs stays, the watchdog takes the slower path
             signal.set_wakeup_fd(previous_fd)
             log.info("the signal wakeup fd is in use: %s is seen only when the main thread runs Python",
                      self.signal_name)
@@ -75,7 +75,7 @@ class SignalWakeup:
             if self._owns_wakeup_fd:
                 try:
                     current = signal.set_wakeup_fd(-1)
-                    if current not in (-1, self._write_fd):  # replaced after us: put theirs back
+                    if current not in (-1, self._write_fd):  # replaced after the watchdog's: put theirs back
                         signal.set_wakeup_fd(current)
                 except (ValueError, OSError):
                     log.warning("restoring the signal wakeup fd failed", exc_info=True)
@@ -123,7 +123,7 @@ class SignalWakeup:
             return self._flag.wait(timeout_seconds) and _consume(self._flag)
         try:
             readable, _, _ = select.select([self._read_fd], [], [], timeout_seconds)
-        except (OSError, ValueError):  # the pipe was closed under us: we are stopping
+        except (OSError, ValueError):  # the pipe was closed: the watchdog is stopping
             return False
         got = False
         if readable:
