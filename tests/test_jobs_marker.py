@@ -1,4 +1,4 @@
-"""The ``jobs`` marker of ``tests/conftest.py``: a test that starts a real job, itself, through a
+"""The ``jobs`` marker (``tests/job_tests.py``, set by ``tests/conftest.py``): a test that starts a real job, itself, through a
 helper of its module or through a fixture, is marked; so is every test of a ``*_jobs.py`` file;
 a unit test is not. ``pytest -m "not jobs"`` (the contributors' fast suite) relies on it."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from conftest import _runs_a_job
+from job_tests import runs_a_job
 from support import REPO_ROOT, clean_env
 
 
@@ -46,8 +46,8 @@ SAMPLES = {"jobs": (_test_calling_a_launcher, _test_calling_a_helper_of_its_modu
 
 def test_a_launcher_called_directly_through_a_helper_or_a_nested_function_makes_a_job() -> None:
     for function in SAMPLES["jobs"]:
-        assert _runs_a_job(function, set()), function.__name__
-    assert not any(_runs_a_job(function, set()) for function in SAMPLES["unit"])
+        assert runs_a_job(function, set()), function.__name__
+    assert not any(runs_a_job(function, set()) for function in SAMPLES["unit"])
 
 
 def test_collection_marks_job_tests_and_only_them() -> None:
