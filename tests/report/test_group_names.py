@@ -116,3 +116,18 @@ def test_a_culprit_waiting_in_an_unnamed_group_is_named_by_its_ranks_in_text_and
     assert any("(undefined)" in c.detail for c in summary.findings[0].culprit_states)  # the analysis' prose
     for out in (render_text(summary), render_markdown(summary)):
         assert "undefined" not in out and "in group 1 (ranks 0-2)" in out
+
+
+def test_the_hang_kinds_reason_names_the_group_as_every_other_line_does(tmp_path: Path) -> None:
+    """Rank 2 waits in group 0's all_gather while the others wait in group 1's ("undefined")."""
+    groups = {"0": ("default_pg", [0, 1, 2]), "1": ("undefined", [0, 1, 2])}
+    for rank in range(3):
+        last = (entry(2, 3, "all_gather", lib="gloo", state="scheduled") if rank == 2
+                else entry(2, 1, lib="gloo", pg=("1", "undefined"), state="scheduled"))
+        write(tmp_path, f"rank_{rank:05d}.gloo.fr.pkl", dump(collectives(2, lib="gloo") + [last], groups))
+    summary = analyze_folder(tmp_path, workers=1)
+    assert summary.classification.reason.endswith(
+        "while the others wait in all_reduce (seq 1) of group 1 (ranks 0-2): it skipped, added or reordered a collective")
+    assert "in group 0 (default_pg)" in summary.classification.reason
+    text = render_text(summary)
+    assert "undefined" not in text and "(ranks 0, 1, 2)" not in text
