@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test test-fast bench clean-venv
 
 $(VENV)/.installed: pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q tests
+
+# Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not jobs" tests
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]'

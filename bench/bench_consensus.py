@@ -127,8 +127,8 @@ def probe(args: argparse.Namespace) -> list[dict]:
 
     import torch
     import torch.distributed as dist
-    from torch._C import _distributed_c10d as c
 
+    from lightning_ncclx.backend.torch_api import dump_fr_trace_json
     from lightning_ncclx.watchdog.collective_probe import blocked_collectives
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,7 +145,7 @@ def probe(args: argparse.Namespace) -> list[dict]:
             full = []
             for _ in range(5):
                 start = time.perf_counter()
-                c._dump_fr_trace_json(True, True, backend="gloo")
+                dump_fr_trace_json(True, True, "gloo")
                 full.append((time.perf_counter() - start) * 1e3)
         finally:
             dist.destroy_process_group()

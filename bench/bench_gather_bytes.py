@@ -2,7 +2,7 @@
 """Bytes through the job's store per stall event: the full gather against the two-phase gather.
 
 One rank's dump as ``bench_analyzer.py`` makes it (torch's format 2.10, legacy-NCCL-like entries
-with 5 frames each, ``pg_config`` listing every rank), written into our layout with a context.json
+with 5 frames each, ``pg_config`` listing every rank), written into the plugin's layout with a context.json
 and a stacks file; then packed as the full gather sends it (``pack_files``) and as its digest
 (``digest_files`` + ``pack_named``). Per event at N ranks: full = N x full blob; two-phase = N x
 digest + (culprits + peers) x full blob (1 culprit and the default 2 peers here).

@@ -1,6 +1,6 @@
 """Time a small gloo all_reduce with the flight recorder at a given size (one process per rank).
 
-    python collective_job.py --buffer-size B --world-size N --port P --out FILE --iters I
+    python collective_job.py --buffer-size B --world-size N --port P --out FILE --iters ITERS
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The ``lightning_ncclx`` logger, set up the way Lightning sets up ``lightning.pytorch``.
 
 A hang summary nobody sees is worthless: when the application has configured no logging (the
-root logger has no handler), our INFO lines get a stderr handler, exactly as Lightning does
-for its own logger. When the root logger has handlers (Hydra, user set-up), we only propagate.
+root logger has no handler), the plugin's INFO lines get a stderr handler, exactly as Lightning does
+for its own logger. When the root logger has handlers (Hydra, user set-up), they only propagate.
 """
 
 from __future__ import annotations

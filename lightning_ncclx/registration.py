@@ -67,7 +67,7 @@ def _run_registrar(module_name: str) -> None:
         if "partially initialized" not in str(err):
             log.warning("lightning-ncclx could not register its strategies with %s", module_name, exc_info=True)
             return
-        # Our strategy module is itself mid-import (it imported Lightning): the finder runs
+        # The plugin's strategy module is itself mid-import (it imported Lightning): the finder runs
         # retry_pending() once it has executed.
         with _lock:
             _registered.discard(module_name)
@@ -80,7 +80,7 @@ STRATEGY_MODULES = frozenset({
     "lightning_ncclx.strategies.ddp", "lightning_ncclx.strategies.fsdp", "lightning_ncclx.strategies.fsdp2",
     "lightning_ncclx.strategies.fabric", "lightning_ncclx.strategies.pytorch_lightning",
 })
-"""Our strategy modules: a registration that had to wait for one of them (it was mid-import when
+"""The plugin's strategy modules: a registration that had to wait for one of them (it was mid-import when
 Lightning finished importing) runs once it has executed. Watched here, so that no strategy
 module imports this one."""
 

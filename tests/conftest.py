@@ -1,5 +1,6 @@
 """Test-wide hygiene: every test gets back the environment it started with, and no process group
-survives a test."""
+survives a test. Every test that runs a real multi-process job is marked ``jobs`` here (the rule:
+``job_tests.py``), so ``pytest -m "not jobs"`` runs the rest."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from job_tests import is_job  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_job(item):
+            item.add_marker(pytest.mark.jobs)
 
 
 @pytest.fixture(autouse=True)

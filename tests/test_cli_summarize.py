@@ -70,7 +70,7 @@ def test_some_ranks_unreadable_still_analyzes_the_rest(tmp_path, capsys):
 
 
 def _event(folder: Path, culprit: int, mtime: float) -> None:
-    """One of our event folders: two NCCL traces and their context files."""
+    """One of the plugin's event folders: two NCCL traces and their context files."""
     import os
 
     groups = {"0": ("default_pg", [0, 1])}

@@ -1,5 +1,5 @@
 """How ``registration.py`` registers the strategy names, in this process: each Lightning flavour's
-registrar runs once; one that failed because our own strategy module was mid-import is retried
+registrar runs once; one that failed because the plugin's own strategy module was mid-import is retried
 once that module has executed; any other failure is logged and never breaks the import; the
 post-import hook fires only for the modules it watches and runs after the module executed.
 

@@ -1,6 +1,6 @@
 """Which global ranks belong to each process group.
 
-Order of trust: the dumps' own ``pg_config`` (ours is repaired for gloo), then our
+Order of trust: the dumps' own ``pg_config`` (the plugin's are repaired for gloo), then the plugin's
 ``context.json`` ``pg_config``, then inference from which ranks' dumps mention the group (gloo's
 raw ``pg_config`` is a single ``""`` key and useless). The default group spans the world size.
 """

@@ -2,7 +2,7 @@
 
 Pure functions of the summary (which already carries what the watchdog learnt when collecting:
 ranks whose process had exited, ranks alive but silent). The kinds follow the split a person on
-call has to make: our code (fix it; a restart hangs again), a sick host (restart without it), or
+call has to make: the program's code (fix it; a restart hangs again), a sick host (restart without it), or
 the layer below the collective (collect NCCL's own evidence).
 
 Example::
@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from lightning_ncclx.analysis.model import CulpritState, Finding, Summary, Verdict
+from lightning_ncclx.analysis.wording import UNNAMED_DESCS, group_title
 
 
 class HangKind(str, Enum):
@@ -330,18 +331,16 @@ def _site(summary: Summary, ranks: tuple[int, ...]) -> str:
 
 
 def _group_name(head: Finding) -> str:
-    g = head.group
-    if g.desc and g.desc != "undefined":
-        return g.desc
-    return f"{g.name} (ranks {_r(g.ranks)})" if g.ranks else g.name
+    """``1 (ranks 0-2)`` or ``3 (tp)``: what follows "group" wherever a report names one."""
+    return f"{head.group.name} ({group_title(head.group.desc, head.group.ranks)})"
 
 
 def _named(summary: Summary, text: str) -> str:
     """torch names a group it was not told the name of "undefined": say its ranks instead."""
     for f in summary.findings:
         g = f.group
-        if g.desc in ("", "undefined") and g.ranks:
-            text = text.replace(f"group {g.name} (undefined)", f"group {g.name} (ranks {_r(g.ranks)})")
+        if g.desc in UNNAMED_DESCS and g.ranks:
+            text = text.replace(f"group {g.name} (undefined)", f"group {g.name} ({group_title(g.desc, g.ranks)})")
     return text
 
 

@@ -1,6 +1,8 @@
-"""How findings name ranks, groups and calls in their messages (shared by every finding builder)."""
+"""How findings and every report form name ranks, groups and calls (one wording for all of them)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from lightning_ncclx.analysis.model import GroupRef, Sig
 
@@ -27,5 +29,47 @@ def ranks_text(r: tuple[int, ...]) -> str:
     return ", ".join(map(str, r)) if len(r) <= 12 else f"{', '.join(map(str, r[:10]))}, ... ({len(r)} ranks)"
 
 
+def rank_runs(ranks: Iterable[int]) -> list[str]:
+    """``["0-2", "5", "7-8"]``: runs of consecutive ranks, in order."""
+    runs: list[str] = []
+    start = prev = None
+    for r in sorted(set(ranks)):
+        if prev is not None and r == prev + 1:
+            prev = r
+            continue
+        if start is not None:
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = r
+    if start is not None:
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+    return runs
+
+
+def ranks_label(ranks: Iterable[int], most_runs: int = 4) -> str:
+    """What a set of ranks stands for, short: ``rank 3``, ``ranks 0-699, 701-1023``, or, past
+    ``most_runs`` runs, ``128 ranks: 0, 8, 16, ..., 1016``."""
+    members = sorted(set(ranks))
+    runs = rank_runs(members)
+    if len(members) == 1:
+        return f"rank {members[0]}"
+    if len(runs) <= most_runs:
+        return "ranks " + ", ".join(runs) if runs else "no ranks"
+    return f"{len(members)} ranks: {', '.join(runs[:3])}, ..., {runs[-1]}"
+
+
+UNNAMED_DESCS = frozenset({"", "undefined"})
+"""Descriptions that name nothing: torch writes "undefined" for a group made without ``group_desc``."""
+
+
+def group_title(desc: str, ranks: Iterable[int]) -> str:
+    """How every report names a group: its description, or, where torch gave none, the ranks it
+    stands for (``ranks 0-2``)."""
+    if desc not in UNNAMED_DESCS:
+        return desc
+    members = tuple(ranks)
+    return ranks_label(members) if members else "ranks unknown"
+
+
 def group_label(g: GroupRef) -> str:
-    return f"group {g.name} ({g.desc or 'no desc'}, {g.lib})"
+    """``group 5 (tp, nccl)``; ``group 1 (ranks 0-2, gloo)`` for a group torch calls "undefined"."""
+    return f"group {g.name} ({group_title(g.desc, g.ranks)}, {g.lib})"

@@ -10,7 +10,10 @@ from importlib import metadata
 
 
 @dataclass
-class DoctorReport:
+class SetupCheck:
+    """What ``lightning-ncclx doctor`` found about this machine's set-up (rendered by
+    :mod:`lightning_ncclx.cli.doctor` as a table or as JSON)."""
+
     versions: dict[str, str | None]
     nccl_resolution: str
     cuda_devices: list[str]
@@ -31,17 +34,17 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def collect_report() -> DoctorReport:
+def check_setup() -> SetupCheck:
     from lightning_ncclx.backend.recorder_env import malformed_variables, recorder_variables_in_effect
     from lightning_ncclx.backend.resolve import nccl_resolution, probe_capabilities
-    from lightning_ncclx.backend.serving import nccl_version
+    from lightning_ncclx.backend.torch_api import nccl_version
 
     import torch
     import torch.distributed as dist
 
     caps = probe_capabilities()
     devices = [torch.cuda.get_device_name(i) for i in range(caps.cuda_devices)]
-    report = DoctorReport(
+    check = SetupCheck(
         versions={
             "python": sys.version.split()[0],
             "torch": torch.__version__,
@@ -63,16 +66,16 @@ def collect_report() -> DoctorReport:
         recorder_variables=recorder_variables_in_effect(),
     )
     if not dist.is_available():
-        report.problems.append("torch.distributed is not available in this torch build")
+        check.problems.append("torch.distributed is not available in this torch build")
     if not caps.gloo_available:
-        report.problems.append("gloo is not available: CPU jobs and the tests cannot run")
+        check.problems.append("gloo is not available: CPU jobs and the tests cannot run")
     for name, why in malformed_variables().items():
-        report.problems.append(f"{name}={os.environ.get(name)!r} is {why}")
+        check.problems.append(f"{name}={os.environ.get(name)!r} is {why}")
     use_nccl2 = os.environ.get("TORCH_DIST_USE_NCCL2")
     if use_nccl2 is not None and use_nccl2 not in ("0", "1"):
-        report.notes.append(f'TORCH_DIST_USE_NCCL2={use_nccl2!r}: only exactly "0" selects the legacy backend')
+        check.notes.append(f'TORCH_DIST_USE_NCCL2={use_nccl2!r}: only exactly "0" selects the legacy backend')
     if caps.cuda_devices == 0:
-        report.notes.append("no CUDA device: ncclx strategies will use gloo (backend=auto)")
+        check.notes.append("no CUDA device: ncclx strategies will use gloo (backend=auto)")
     if caps.has_nccl2 and caps.cuda_devices and not os.environ.get("TORCH_FR_BUFFER_SIZE"):
-        report.notes.append("nccl2 records only through the flight-recorder hook; ncclx strategies set TORCH_FR_BUFFER_SIZE")
-    return report
+        check.notes.append("nccl2 records only through the flight-recorder hook; ncclx strategies set TORCH_FR_BUFFER_SIZE")
+    return check

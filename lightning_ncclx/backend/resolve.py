@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from lightning_ncclx.backend import torch_api
 from lightning_ncclx.errors import BackendUnavailableError
 
 NCCL_FAMILY = frozenset({"nccl", "nccl2", "nccl-legacy", "nccl-lazy"})
@@ -31,8 +32,7 @@ def probe_capabilities() -> BackendCapabilities:
     import torch
     import torch.distributed as dist
 
-    c10d = torch._C._distributed_c10d if dist.is_available() else None
-    has_nccl2 = c10d is not None and hasattr(c10d, "ProcessGroupNCCL2")
+    has_nccl2 = torch_api.has_nccl2()
     return BackendCapabilities(
         torch_version=torch.__version__.split("+")[0],
         has_nccl2=has_nccl2,

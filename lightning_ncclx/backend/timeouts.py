@@ -8,43 +8,21 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Callable
+
+from lightning_ncclx.backend import torch_api
 
 log = logging.getLogger(__name__)
-
-
-def _set_timeout_function() -> Callable[[timedelta, Any], None]:
-    import torch.distributed as dist
-
-    setter = getattr(dist, "set_timeout", None)
-    if setter is None:  # torch < 2.15
-        setter = dist.distributed_c10d._set_pg_timeout
-    return setter
-
-
-def member_groups() -> list[Any]:
-    """Every live process group this rank belongs to (the world group first)."""
-    import torch.distributed as dist
-
-    c10d = dist.distributed_c10d
-    world = c10d._get_default_group()
-    groups = [world]
-    for group in list(c10d._world.pg_map):
-        if group is world or c10d._rank_not_in_group(group):
-            continue
-        groups.append(group)
-    return groups
 
 
 def apply_timeout_to_all_groups(timeout: timedelta, barrier: Callable[[], None]) -> list[str]:
     """Barrier, then set ``timeout`` on every group this rank belongs to. Returns the groups
     whose backends refused the change (logged as warnings), empty when all took it."""
     barrier()
-    setter = _set_timeout_function()
     refused: list[str] = []
-    for group in member_groups():
+    for group in torch_api.member_groups():
         try:
-            setter(timeout, group)
+            torch_api.set_group_timeout(timeout, group)
         except Exception as err:  # noqa: BLE001 - a backend that cannot change timeouts keeps its old one
             name = getattr(group, "group_name", "?")
             refused.append(name)
@@ -54,17 +32,12 @@ def apply_timeout_to_all_groups(timeout: timedelta, barrier: Callable[[], None])
 
 def current_timeouts() -> dict[str, float]:
     """Seconds of the default timeout of each backend of each member group: "<group>/<device>" -> s."""
-    import torch
-
     found: dict[str, float] = {}
-    for group in member_groups():
-        for device_type in getattr(group, "_device_types", []) or []:
-            device = torch.device(device_type) if isinstance(device_type, str) else device_type
-            try:
-                backend = group._get_backend(device)
-                found[f"{group.group_name}/{device.type}"] = backend.options._timeout.total_seconds()
-            except (RuntimeError, AttributeError):
-                continue
+    for group in torch_api.member_groups():
+        for device, backend in torch_api.group_backends(group):
+            seconds = torch_api.backend_timeout_seconds(backend)
+            if seconds is not None:
+                found[f"{group.group_name}/{device.type}"] = seconds
     return found
 
 

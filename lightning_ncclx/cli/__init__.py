@@ -52,7 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
                          help="incidents a host must be behind to be flagged and listed for --exclude")
 
     doctor = commands.add_parser("doctor", help="report torch/Lightning/NCCL versions and the flight-recorder set-up")
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--json", action="store_true", help="print the set-up check as JSON")
     return parser
 
 

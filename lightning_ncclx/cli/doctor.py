@@ -1,5 +1,5 @@
-"""``lightning-ncclx doctor [--json]``: the set-up report of :mod:`lightning_ncclx.backend.doctor`;
-exit 0 sound, 1 broken."""
+"""``lightning-ncclx doctor [--json]``: the set-up check of :mod:`lightning_ncclx.backend.doctor`, as a
+table or as JSON; exit 0 sound, 1 broken."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import sys
 from dataclasses import asdict
 
-from lightning_ncclx.backend.doctor import DoctorReport, collect_report
+from lightning_ncclx.backend.doctor import SetupCheck, check_setup
 
 
-def _print_rich(report: DoctorReport) -> None:
+def _print_rich(check: SetupCheck) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -18,29 +18,29 @@ def _print_rich(report: DoctorReport) -> None:
     table = Table(title="lightning-ncclx doctor", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    for name, version in report.versions.items():
+    for name, version in check.versions.items():
         table.add_row(name, version or "-")
-    table.add_row('"nccl" resolves to', report.nccl_resolution)
-    table.add_row("CUDA devices", ", ".join(report.cuda_devices) or "none")
-    table.add_row("backends", ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in report.backends.items()))
-    variables = "\n".join(f"{k}={v}" for k, v in report.recorder_variables.items()) or "(none set: torch defaults)"
+    table.add_row('"nccl" resolves to', check.nccl_resolution)
+    table.add_row("CUDA devices", ", ".join(check.cuda_devices) or "none")
+    table.add_row("backends", ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in check.backends.items()))
+    variables = "\n".join(f"{k}={v}" for k, v in check.recorder_variables.items()) or "(none set: torch defaults)"
     table.add_row("recorder variables", variables)
     console.print(table)
-    for note in report.notes:
+    for note in check.notes:
         console.print(f"[cyan]note:[/] {note}")
-    for problem in report.problems:
+    for problem in check.problems:
         console.print(f"[bold red]problem:[/] {problem}")
-    console.print("[bold red]set-up is broken[/]" if report.broken else "[bold green]set-up looks sound[/]")
+    console.print("[bold red]set-up is broken[/]" if check.broken else "[bold green]set-up looks sound[/]")
 
 
 def run_doctor(as_json: bool = False) -> int:
     try:
-        report = collect_report()
+        check = check_setup()
     except ImportError as err:
         print(f"lightning-ncclx doctor: cannot import {err.name or err}: is torch installed?", file=sys.stderr)
         return 1
     if as_json:
-        print(json.dumps({**asdict(report), "broken": report.broken}, indent=2))
+        print(json.dumps({**asdict(check), "broken": check.broken}, indent=2))
     else:
-        _print_rich(report)
-    return 1 if report.broken else 0
+        _print_rich(check)
+    return 1 if check.broken else 0

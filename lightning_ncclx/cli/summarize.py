@@ -33,7 +33,7 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     if fmt not in SUMMARY_FORMATS:
         print(f"lightning-ncclx summarize: unknown --format {fmt!r} (choose from {', '.join(SUMMARY_FORMATS)})", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from lightning_ncclx.report.stragglers import find_document, incident_count, render_file
+    from lightning_ncclx.report.stragglers import episode_count, find_document, render_file
 
     stragglers = find_document(Path(path))  # live straggler detection's table, when the run wrote one
     events = event_folders(Path(path))
@@ -50,7 +50,7 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     stragglers = stragglers or find_document(Path(path))
     if not summary.ranks_seen and stragglers is not None and not summary.unreadable:
         sys.stdout.write(render_file(stragglers))  # no hang dumped: the run's straggler table is the report
-        return EXIT_FINDING if incident_count(stragglers) else EXIT_OK
+        return EXIT_FINDING if episode_count(stragglers) else EXIT_OK
     if not summary.ranks_seen:
         why = "; ".join(f"{u.path}: {u.why}" for u in (summary.unreadable + summary.ignored)[:10])
         print(terminal_safe(f"lightning-ncclx summarize: no readable flight-recorder dump under {path}"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_ncclx.analysis.safe_pickle import safe_loads
+from lightning_ncclx.backend import torch_api
 
 log = logging.getLogger(__name__)
 
@@ -41,30 +42,18 @@ class BackendInUse:
         return "nccl" if lowered in _LEGACY_NCCL_NAMES else lowered
 
 
-def _process_groups() -> list[Any]:
-    from torch.distributed import distributed_c10d as c10d
-
-    if not c10d.is_initialized():
-        return []
-    return [pg for pg in list(c10d._world.pg_map) if hasattr(pg, "_get_backend")]
-
-
 def _device_backend_pairs() -> list[BackendInUse]:
     import torch
 
     cuda = torch.cuda.is_available()
     pairs: list[BackendInUse] = []
-    for pg in _process_groups():
-        try:
-            devices = [torch.device(d) for d in pg._device_types]
-        except Exception:  # noqa: BLE001 - older torch: try the usual devices
-            devices = [torch.device("cpu"), torch.device("cuda")]
-        for device in devices:
+    for group in torch_api.member_groups():
+        for device, backend in torch_api.group_backends(group):
             if device.type == "cuda" and not cuda:
                 continue  # gloo registers itself for cuda on CUDA builds even without a GPU
             try:
-                name = str(pg._get_backend(device).name())
-            except Exception:  # noqa: BLE001 - the group has no backend for this device
+                name = str(backend.name())
+            except Exception:  # noqa: BLE001 - a backend that cannot name itself is not dumped
                 continue
             pairs.append(BackendInUse(device=device.type, name=name))
     return pairs
@@ -87,37 +76,14 @@ def device_backends() -> dict[str, str]:
 
 
 def real_pg_config() -> dict[str, dict[str, Any]]:
-    """``{pg_name: {"name", "desc", "ranks"}}`` rebuilt from ``_world`` (ranks as a list)."""
-    from torch.distributed import distributed_c10d as c10d
-
-    if not c10d.is_initialized():
-        return {}
-    world = c10d._world
-    config: dict[str, dict[str, Any]] = {}
-    for pg, ranks in list(world.pg_group_ranks.items()):
-        if not hasattr(pg, "_get_backend"):
-            continue  # a non-member placeholder
-        name = str(world.pg_names.get(pg, ""))
-        try:
-            desc = str(pg.group_desc)
-        except Exception:  # noqa: BLE001
-            desc = "undefined"
-        config[name] = {"name": name, "desc": desc, "ranks": sorted(int(r) for r in ranks)}
-    return config
+    """``{pg_name: {"name", "desc", "ranks"}}`` from torch's table of groups (ranks as a list)."""
+    return {g.name: {"name": g.name, "desc": g.desc, "ranks": list(g.ranks)} for g in torch_api.group_members()}
 
 
 def _raw_dump(item: BackendInUse, stack_traces: bool) -> bytes:
-    from torch._C import _distributed_c10d as c
-
     if item.file_tag == "nccl":
-        return c._dump_nccl_trace(True, stack_traces, False)
-    buffer = _FR_BUFFER_NAMES.get(item.file_tag, item.file_tag)
-    try:
-        return c._dump_fr_trace(True, stack_traces, False, backend=buffer)
-    except TypeError:
-        # torch 2.13 (and 2.11 on the GPU image): one recorder for every self-recording backend,
-        # and a _dump_fr_trace without the backend argument ("incompatible function arguments")
-        return c._dump_fr_trace(True, stack_traces, False)
+        return torch_api.dump_nccl_trace(True, stack_traces, False)
+    return torch_api.dump_fr_trace(True, stack_traces, False, _FR_BUFFER_NAMES.get(item.file_tag, item.file_tag))
 
 
 def fix_pg_config(trace: dict[str, Any], pg_config: dict[str, dict[str, Any]]) -> dict[str, Any]:

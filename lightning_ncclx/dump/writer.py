@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
-from lightning_ncclx.backend.serving import nccl_version
+from lightning_ncclx.backend.torch_api import nccl_version
 from lightning_ncclx.dump import traces
 from lightning_ncclx.files import atomic_write_bytes, atomic_write_text
 from lightning_ncclx.layout import CONTEXT_SUFFIX, STACKS_SUFFIX, rank_file, trace_file

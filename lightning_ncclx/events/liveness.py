@@ -10,8 +10,8 @@ reused pid.
 
 Example::
 
-    me = this_process(rank=3)
-    gone = [p.rank for p in peers if me and p.scope == me.scope and is_gone(p)]
+    here = this_process(rank=3)
+    gone = [p.rank for p in peers if here and p.scope == here.scope and is_gone(p)]
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ from __future__ import annotations
 import html
 import json
 
-from lightning_ncclx.analysis.model import RankRow, Summary, Verdict
-from lightning_ncclx.report.text import display_rows, render_text
-from lightning_ncclx.report.timeline import Grid, build_grid, name_groups
 from lightning_ncclx.analysis.kind import classify
+from lightning_ncclx.analysis.model import RankRow, Summary, Verdict
+from lightning_ncclx.report.group_names import GroupNames
+from lightning_ncclx.report.text import display_rows, render_text
+from lightning_ncclx.report.timeline import Grid, build_grid
 
 MAX_ROWS = 256
 """Rank rows in the table below the fold (culprits always among them)."""
@@ -114,27 +115,27 @@ def _timeline(grid: Grid) -> str:
     return "".join(parts)
 
 
-def _culprit_panel(d: Summary, labels: dict[str, str]) -> str:
+def _culprit_panel(d: Summary, names: GroupNames) -> str:
     if not d.findings:
         return ""
     head = d.findings[0]
     items = []
     for c in head.culprit_states[:4]:
         host = f" on {d.hosts[c.rank]}" if c.rank in d.hosts else ""
-        items.append(f"<li><b>rank {c.rank}{_e(host)}</b>: {_e(name_groups(c.detail, labels))}"
+        items.append(f"<li><b>rank {c.rank}{_e(host)}</b>: {_e(names.rewrite(c.detail))}"
                      + (f"<br><code>{_e(c.location)}</code>" if c.location else "") + "</li>")
     waiting = next((r for r in d.per_rank if r.rank in set(head.waiting_ranks) and r.location), None)
     if waiting is not None:
-        items.append(f"<li>waiting rank {waiting.rank}: {_e(name_groups(waiting.detail, labels))}"
+        items.append(f"<li>waiting rank {waiting.rank}: {_e(names.rewrite(waiting.detail))}"
                      f"<br><code>{_e(waiting.location)}</code></li>")
     items += [f"<li><code>{_e(e)}</code></li>" for e in head.evidence[:2]]
     return f"<section><h2>Culprit</h2><ol>{''.join(items)}</ol></section>"
 
 
-def _rank_table(rows: tuple[RankRow, ...], culprits: set[int]) -> str:
+def _rank_table(rows: tuple[RankRow, ...], culprits: set[int], names: GroupNames) -> str:
     body = "".join(
         f'<tr class="{"culprit" if r.rank in culprits else ""}"><td>{r.rank}</td><td>{_e(r.host or "-")}</td>'
-        f"<td>{_e(r.state)}</td><td>{_e(r.detail)}</td><td><code>{_e(r.location or '-')}</code></td></tr>"
+        f"<td>{_e(r.state)}</td><td>{_e(names.rewrite(r.detail))}</td><td><code>{_e(r.location or '-')}</code></td></tr>"
         for r in rows)
     return ("<section><h2>Ranks</h2><table><tr><th>rank</th><th>host</th><th>state</th><th>detail</th>"
             f"<th>location</th></tr>{body}</table></section>")
@@ -152,6 +153,7 @@ def render_html(summary: Summary) -> str:
     c = d.classification or classify(d)
     ok = d.verdict is Verdict.NO_HANG and c.kind.value == "no_hang"
     grid = build_grid(d)
+    names = GroupNames(d)
     title = (f"{'NO HANG' if ok else 'HANG'}: {d.verdict.value}"
              + (f", culprit rank(s) {', '.join(map(str, d.culprit_ranks[:8]))}" if d.culprit_ranks else ""))
     advice = "".join(f"<li>{_e(a)}</li>" for a in c.advice) or "<li>nothing to do</li>"
@@ -165,11 +167,11 @@ def render_html(summary: Summary) -> str:
         f"{_e(title)}</h1><p>{_e(c.reason)}</p></div>"
         '<div class="top"><div>'
         f"<section><h2>What to do next</h2><ol>{advice}</ol>{restart}</section>"
-        f"{_culprit_panel(d, dict(grid.group_labels))}</div>"
+        f"{_culprit_panel(d, names)}</div>"
         f'<section id="timeline"><h2>Collectives per rank, aligned by group and sequence id</h2>{_timeline(grid)}'
         "</section></div>"
         f"<section><h2>Full report</h2><pre>{_e(render_text(d))}</pre></section>"
-        f"{_rank_table(display_rows(d, MAX_ROWS), set(d.culprit_ranks))}"
+        f"{_rank_table(display_rows(d, MAX_ROWS), set(d.culprit_ranks), names)}"
         f'<script type="application/json" id="summary">{embed_json(d.to_dict())}</script>'
         f"<script>{_SCRIPT}</script>"
         "</main></body></html>\n"

@@ -12,7 +12,9 @@ from lightning_ncclx.analysis.safe_read import read_regular
 from lightning_ncclx.errors import DumpReadError
 from lightning_ncclx.layout import STRAGGLERS_FILE
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+EPISODES_KEY = {1: "incidents", 2: "episodes"}
+"""Where each version of the file keeps its straggler episodes (version 1 named them incidents)."""
 MAX_BYTES = 16 << 20
 PART_LABELS = {"data_fetch": "data fetch", "forward": "forward", "backward": "backward", "optimizer": "optimizer"}
 
@@ -22,6 +24,10 @@ def _load(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
+
+
+def _episodes(document: dict[str, Any]) -> Any:
+    return document.get(EPISODES_KEY.get(document.get("version"), "episodes")) or []
 
 
 def find_document(path: Path) -> Path | None:
@@ -36,20 +42,20 @@ def find_document(path: Path) -> Path | None:
 
 def render_lines(document: dict[str, Any], most: int = 5) -> list[str]:
     """The straggler table for a text report (empty for an unknown version)."""
-    if document.get("version") != FORMAT_VERSION:
+    if document.get("version") not in EPISODES_KEY:
         return []
-    incidents = document.get("incidents") or []
+    episodes = _episodes(document)
     out = [f"stragglers (live detection, {document.get('intervals_scored', 0)} intervals of "
            f"{document.get('interval_steps')} batches, threshold {document.get('threshold')}x for "
            f"{document.get('patience')} intervals):"]
-    for incident in incidents[:most]:
-        state = "still slow" if incident.get("open") else f"recovered after interval {incident.get('last_interval')}"
-        out.append(f"  {'!' if incident.get('open') else '-'} {incident.get('message')} [since interval "
-                   f"{incident.get('first_interval')}, {state}]")
-    if len(incidents) > most:
-        out.append(f"  ... {len(incidents) - most} more incidents in {STRAGGLERS_FILE}")
-    if not incidents:
-        out.append("  no straggler incident")
+    for episode in episodes[:most]:
+        state = "still slow" if episode.get("open") else f"recovered after interval {episode.get('last_interval')}"
+        out.append(f"  {'!' if episode.get('open') else '-'} {episode.get('message')} [since interval "
+                   f"{episode.get('first_interval')}, {state}]")
+    if len(episodes) > most:
+        out.append(f"  ... {len(episodes) - most} more episodes in {STRAGGLERS_FILE}")
+    if not episodes:
+        out.append("  no straggler episode")
     ranks = document.get("ranks") or []
     if ranks:
         out.append(f"  slowest ranks in interval {document.get('last_interval')} (work over the median of the peers):")
@@ -70,10 +76,10 @@ def render_file(path: Path) -> str:
         return f"stragglers: {path} is unreadable ({err})\n"
 
 
-def incident_count(path: Path) -> int:
-    """Straggler incidents recorded in a ``stragglers.json`` file (0 when unreadable)."""
+def episode_count(path: Path) -> int:
+    """Straggler episodes recorded in a ``stragglers.json`` file (0 when unreadable)."""
     try:
-        incidents = _load(path).get("incidents") or []
-        return len(incidents) if isinstance(incidents, list) else 0
+        episodes = _episodes(_load(path))
+        return len(episodes) if isinstance(episodes, list) else 0
     except (DumpReadError, ValueError, AttributeError, TypeError, RecursionError):
         return 0

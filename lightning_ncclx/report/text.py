@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lightning_ncclx.analysis.model import Finding, RankRow, Summary, Verdict
-from lightning_ncclx.report.escape import escaped, markdown_safe, terminal_safe
 from lightning_ncclx.analysis.kind import classify
+from lightning_ncclx.analysis.model import Finding, RankRow, Summary, Verdict
+from lightning_ncclx.analysis.wording import group_label
+from lightning_ncclx.report.escape import escaped, markdown_safe, terminal_safe
+from lightning_ncclx.report.group_names import GroupNames
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
@@ -17,7 +19,7 @@ def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
 def _finding_lines(f: Finding, bullet: str = "  ") -> list[str]:
     g = f.group
     lines = [f"{bullet}[{f.kind.value}] {f.message}",
-             f"{bullet}  group {g.name} ({g.desc or '-'}, {g.lib}) ranks [{_ranks(g.ranks)}]  seq {f.seq}  op {f.op}"
+             f"{bullet}  {group_label(g)} ranks [{_ranks(g.ranks)}]  seq {f.seq}  op {f.op}"
              + (f"  confidence {f.confidence}" if f.confidence != "high" else "")]
     for c in f.culprit_states:
         lines.append(f"{bullet}  rank {c.rank}: {c.state} - {c.detail}" + (f" at {c.location}" if c.location else ""))
@@ -83,6 +85,7 @@ def render_text(summary: Summary) -> str:
     """A report a person reads in ten seconds; plain ``str`` (no markup), fit for a log. Text
     from the dumps is escaped (control characters, ESC, lone surrogates)."""
     d = escaped(summary, terminal_safe)
+    names = GroupNames(d)
     out = kind_lines(d)
     if d.verdict is Verdict.NO_HANG:
         out.append("NO HANG FOUND: " + d.headline)
@@ -90,7 +93,7 @@ def render_text(summary: Summary) -> str:
         out.append(f"HANG: {d.verdict.value} - culprit rank(s) {_ranks(d.culprit_ranks)}")
         if d.process_group:
             g = d.process_group
-            out.append(f"  collective: {d.op} seq {d.collective_seq_id} in group {g.name} ({g.desc or '-'}, {g.lib})")
+            out.append(f"  collective: {d.op} seq {d.collective_seq_id} in {group_label(g)}")
         out.append(f"  waiting ranks: {_ranks(d.waiting_ranks) or 'none'}")
         for c in d.findings[0].culprit_states:
             host = f" on {d.hosts[c.rank]}" if c.rank in d.hosts else ""
@@ -111,8 +114,8 @@ def render_text(summary: Summary) -> str:
     if d.stragglers:
         out.append("arrival skew (who enters collectives last):")
         for s in d.stragglers[:5]:
-            out.append(f"  rank {s.rank} in group {s.group} ({s.desc}): median {s.median_late_ms:.2f} ms late, "
-                       f"p95 {s.p95_late_ms:.2f} ms, last in {s.last_fraction:.0%} of {s.samples}")
+            out.append(f"  rank {s.rank} in group {s.group} ({names.title(s.group, s.desc)}): "
+                       f"median {s.median_late_ms:.2f} ms late, p95 {s.p95_late_ms:.2f} ms, last in {s.last_fraction:.0%} of {s.samples}")
     if d.duplicates:
         out.append("duplicate dumps of one rank (the newest entries kept):")
         out.extend(f"  rank {x.rank} ({x.backend}): kept {x.kept}, dropped {x.dropped}" for x in d.duplicates[:20])
@@ -121,12 +124,13 @@ def render_text(summary: Summary) -> str:
         out.extend(f"  {u.path}: {u.why}" for u in d.unreadable[:50])
         if len(d.unreadable) > 50:
             out.append(f"  ... {len(d.unreadable) - 50} more in the JSON report")
-    return "\n".join(out) + "\n"
+    return names.rewrite("\n".join(out)) + "\n"
 
 
 def render_markdown(summary: Summary) -> str:
     """Markdown for a ticket; text from the dumps is escaped (no markup or HTML gets through)."""
     d = escaped(summary, markdown_safe)
+    names = GroupNames(d)
     c = d.classification or classify(d)
     out = [f"# Hang summary: `{d.verdict.value}`", "", f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
     out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
@@ -135,7 +139,7 @@ def render_markdown(summary: Summary) -> str:
         g = d.process_group
         out += ["| | |", "|---|---|", f"| culprit ranks | {_ranks(d.culprit_ranks)} |",
                 f"| collective | `{d.op}` seq {d.collective_seq_id} |",
-                f"| process group | {g.name} ({g.desc or '-'}, {g.lib}) ranks {_ranks(g.ranks)} |" if g else "| process group | - |",
+                f"| process group | {group_label(g)} ranks {_ranks(g.ranks)} |" if g else "| process group | - |",
                 f"| waiting ranks | {_ranks(d.waiting_ranks) or '-'} |", ""]
     if d.findings:
         out += ["## Findings (likely root cause first)", ""]
@@ -153,9 +157,10 @@ def render_markdown(summary: Summary) -> str:
     out.append("")
     if d.stragglers:
         out += ["## Arrival skew", "", "| rank | group | median late (ms) | p95 late (ms) | last |", "|---|---|---|---|---|"]
-        out += [f"| {s.rank} | {s.group} ({s.desc}) | {s.median_late_ms:.2f} | {s.p95_late_ms:.2f} | {s.last_fraction:.0%} |"
+        out += [f"| {s.rank} | group {s.group} ({names.title(s.group, s.desc)}) | {s.median_late_ms:.2f} | "
+                f"{s.p95_late_ms:.2f} | {s.last_fraction:.0%} |"
                 for s in d.stragglers]
         out.append("")
     if d.unreadable:
         out += ["## Unreadable files", ""] + [f"- {u.path}: {u.why}" for u in d.unreadable[:200]] + [""]
-    return "\n".join(out)
+    return names.rewrite("\n".join(out))

@@ -1,6 +1,7 @@
 """The report's timeline as data: columns are (group, sequence id) in time order, centred on the
 divergence, with every shown rank's stop point kept; ranks whose visible cells and state are the
-same share a row (a 1024-rank job fits on one screen). Pure; rendering is in ``html.py``."""
+same share a row, labelled by every rank it stands for (a 1024-rank job fits on one screen).
+Pure; rendering is in ``html.py``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lightning_ncclx.analysis.model import RankRow, Summary, TimelineOp
+from lightning_ncclx.analysis.wording import ranks_label
+from lightning_ncclx.report.group_names import GroupNames
 from lightning_ncclx.report.text import display_rows
 
 MAX_COLUMNS = 12
@@ -54,49 +57,6 @@ class Grid:
     hidden_rows: int = 0
 
 
-def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
-    """``0-3, 7``: runs of consecutive ranks compressed."""
-    ranks = sorted(set(ranks))
-    runs: list[str] = []
-    start = prev = None
-    for r in ranks + [None]:  # type: ignore[list-item]
-        if r is not None and prev is not None and r == prev + 1:
-            prev = r
-            continue
-        if start is not None:
-            runs.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = r
-    return ", ".join(runs)
-
-
-def group_labels(summary: Summary, rows: tuple[RankRow, ...]) -> dict[str, str]:
-    """group name -> its description, or its ranks when torch calls it "undefined" (or nothing)."""
-    members: dict[str, set[int]] = {}
-    for row in rows:
-        for op in row.timeline:
-            members.setdefault(op.group, set()).add(row.rank)
-    refs = {f.group.name: f.group for f in summary.findings}
-    if summary.process_group is not None:
-        refs.setdefault(summary.process_group.name, summary.process_group)
-    labels = {}
-    for name in sorted(set(members) | set(refs)):
-        ref = refs.get(name)
-        desc = ref.desc if ref is not None else ""
-        if desc and desc != "undefined":
-            labels[name] = desc
-        else:
-            ranks = ref.ranks if ref is not None and ref.membership_known else tuple(sorted(members.get(name, ())))
-            labels[name] = f"ranks {rank_list(ranks)}" if ranks else f"group {name}"
-    return labels
-
-
-def name_groups(text: str, labels: Mapping[str, str]) -> str:
-    """Replace torch's "group 1 (undefined)" with the group's ranks."""
-    for name, label in labels.items():
-        text = text.replace(f"group {name} (undefined)", f"group {name} ({label})")
-    return text
-
-
 def _choose(order: list[Key], divergence: Key | None, stops: list[Key]) -> list[Key]:
     index = {k: i for i, k in enumerate(order)}
     centre = index.get(divergence, len(order) - 1) if divergence is not None else len(order) - 1
@@ -125,8 +85,9 @@ def _short_state(row: RankRow) -> str:
 
 
 def build_grid(summary: Summary, limit: int = 256) -> Grid:
+    """Columns from the ``limit`` ranks of the rank table (culprits first); rows from every rank."""
     rows = display_rows(summary, limit)
-    labels = group_labels(summary, rows)
+    names = GroupNames(summary)
     first_seen: dict[Key, int] = {}
     for row in rows:
         for op in row.timeline:
@@ -138,57 +99,51 @@ def build_grid(summary: Summary, limit: int = 256) -> Grid:
         else None
     divergence = divergence if divergence in first_seen else None
     culprits = set(summary.culprit_ranks)
-    last = {row.rank: (row.timeline[-1].group, row.timeline[-1].seq) for row in rows if row.timeline}
+    last = {row.rank: (row.timeline[-1].group, row.timeline[-1].seq) for row in summary.per_rank if row.timeline}
     stops = [last[r.rank] for r in rows if r.rank in culprits and r.rank in last]
     stops += [last[r.rank] for r in rows if r.rank not in culprits and r.rank in last]
     chosen = _choose(order, divergence, list(dict.fromkeys(stops)))
     index = {k: i for i, k in enumerate(order)}
     several = len({k[0] for k in chosen}) > 1
+    labels = {group: names.title(group) for group in {k[0] for k in chosen}}
     columns: list[Column] = []
     for i, key in enumerate(chosen):
         if i and index[key] != index[chosen[i - 1]] + 1:
             columns.append(Column("", 0, "", "", gap=True))
         columns.append(Column(key[0], key[1], labels.get(key[0], key[0]), f"{key[0]}:" if several else "",
                               divergence=key == divergence))
-    grid_rows = _rows(rows, columns, culprits, last, labels)
+    grid_rows = _rows(summary.per_rank, columns, culprits, last, names)
     return Grid(tuple(columns), tuple(grid_rows[:MAX_GRID_ROWS]), labels, max(0, len(grid_rows) - MAX_GRID_ROWS))
 
 
 def _rows(rows: tuple[RankRow, ...], columns: list[Column], culprits: set[int], last: Mapping[int, Key],
-          labels: Mapping[str, str]) -> list[GridRow]:
+          names: GroupNames) -> list[GridRow]:
     merged: dict[tuple, list[RankRow]] = {}
     cells_of: dict[int, tuple[Cell, ...]] = {}
+    shared: dict[tuple, Cell] = {}  # every rank's grid: thousands of rows, a handful of distinct cells
     for row in rows:
         ops: dict[Key, TimelineOp] = {(op.group, op.seq): op for op in row.timeline}
         cells = []
         for col in columns:
             op = ops.get((col.group, col.seq)) if not col.gap else None
-            if op is None:
-                cells.append(Cell("none"))
-            else:
-                cells.append(Cell("done" if op.done else "open", op.op, last.get(row.rank) == (col.group, col.seq)))
+            key = ("none",) if op is None else ("done" if op.done else "open", op.op,
+                                                 last.get(row.rank) == (col.group, col.seq))
+            cells.append(shared.get(key) or shared.setdefault(key, Cell(*key)))
         cells_of[row.rank] = tuple(cells)
         key = ("culprit", row.rank) if row.rank in culprits else (cells_of[row.rank], row.state, _short_state(row))
         merged.setdefault(key, []).append(row)
     out = []
-    for members in merged.values():
+    for members in sorted(merged.values(), key=lambda m: (m[0].rank not in culprits, min(r.rank for r in m))):
         first = members[0]
         culprit = first.rank in culprits
-        ranks = [m.rank for m in members]
         hosts = sorted({m.host for m in members if m.host})
-        label = f"rank {first.rank}" if len(ranks) == 1 else f"ranks {rank_list(ranks)}"
+        label = ranks_label(m.rank for m in members)
         host = hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts" if hosts else ""
         cells = cells_of[first.rank]
         stop = next((i for i, c in enumerate(cells) if c.stop), None)
-        where = name_groups(first.detail, labels) + (f" at {first.location}" if first.location else "")
+        where = names.rewrite(first.detail) + (f" at {first.location}" if first.location else "")
         shown_host = f" ({host})" if " hosts" in host else f" {host}" if host else ""
         out.append(GridRow(label + shown_host, f"{label}{' on ' + host if host else ''}: {where}",
-                           culprit, cells, name_groups(_short_state(first), labels), where,
+                           culprit, cells, names.rewrite(_short_state(first)), where,
                            stop if culprit else None))
-    out.sort(key=lambda r: (not r.culprit, _first_rank(r.label)))
     return out
-
-
-def _first_rank(label: str) -> int:
-    digits = label.split(" ")[1].split("-")[0].split(",")[0]
-    return int(digits) if digits.isdigit() else 0

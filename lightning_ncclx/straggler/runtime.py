@@ -2,7 +2,7 @@
 
 Every rank's thread turns the main thread's step records of an interval into one
 ``IntervalSummary`` and writes it to the job's store. The reading rank's thread (global rank 0)
-also waits for every rank's summary of an interval, scores it, warns once per incident, writes
+also waits for every rank's summary of an interval, scores it, warns once per episode, writes
 ``stragglers.json`` and hands the metrics back for the Trainer's loggers. The main thread only
 puts a list on a queue; the thread never calls a collective, catches and logs its own errors,
 and is a daemon joined with a timeout, so it never holds up shutdown.
@@ -19,8 +19,8 @@ from typing import Any
 
 from lightning_ncclx.config import StragglerConfig
 from lightning_ncclx.straggler import exchange
-from lightning_ncclx.straggler.report import build_document, write_document
-from lightning_ncclx.straggler.scoring import IncidentTracker, IntervalScores, score_interval
+from lightning_ncclx.straggler.scores_file import build_document, write_document
+from lightning_ncclx.straggler.scoring import EpisodeTracker, IntervalScores, score_interval
 from lightning_ncclx.straggler.timings import StepRecord, summarize_records
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class StragglerRuntime:
         self.fit = fit
         self.dump_dir = dump_dir
         self.reader = rank == 0
-        self.tracker = IncidentTracker(config.threshold, config.patience, config.interval_steps)
+        self.tracker = EpisodeTracker(config.threshold, config.patience, config.interval_steps)
         self.latest: IntervalScores | None = None
         self.intervals_scored = 0
         self._next_interval = 0
@@ -143,36 +143,36 @@ class StragglerRuntime:
             opened, closed = self.tracker.update(scores)
             self.latest = scores
             self.intervals_scored += 1
-            open_now = len(self.tracker.open_incidents)
-        for incident in opened:
-            log.warning("straggler: %s", incident.message)
-        for incident in closed:
-            log.info("straggler: rank %d on %s back within %.2fx of its peers (incident from interval %d to %d)",
-                     incident.rank, incident.host, self.config.threshold, incident.first_interval,
-                     incident.last_interval)
+            open_now = len(self.tracker.open_episodes)
+        for episode in opened:
+            log.warning("straggler: %s", episode.message)
+        for episode in closed:
+            log.info("straggler: rank %d on %s back within %.2fx of its peers (episode from interval %d to %d)",
+                     episode.rank, episode.host, self.config.threshold, episode.first_interval,
+                     episode.last_interval)
         slowest = scores.ranks[0]
         self._metrics.put((scores.interval, {"ncclx/straggler/score_max": slowest.score,
                                              "ncclx/straggler/slowest_rank": float(slowest.rank),
-                                             "ncclx/straggler/open_incidents": float(open_now)}))
+                                             "ncclx/straggler/open_episodes": float(open_now)}))
         self.write_json()  # every interval once a rank was slow: after a hard hang the run's folder says who
 
     # ------------------------------------------------------------------ stragglers.json
     def document(self) -> dict[str, Any]:
         with self._lock:
-            return build_document(scores=self.latest, incidents=list(self.tracker.incidents),
+            return build_document(scores=self.latest, episodes=list(self.tracker.episodes),
                                   intervals_scored=self.intervals_scored, interval_steps=self.config.interval_steps,
                                   threshold=self.config.threshold, patience=self.config.patience,
                                   world_size=self.world_size)
 
     def write_json(self, folder: Path | None = None) -> Path | None:
         """Write stragglers.json into ``folder`` (an event's folder), or into the run's dump folder
-        once there has been an incident: a healthy run leaves no file and no folder. Reading rank only."""
+        once there has been an episode: a healthy run leaves no file and no folder. Reading rank only."""
         target = folder if folder is not None else self.dump_dir
         if not self.reader or target is None:
             return None
         if folder is None:
             with self._lock:
-                if not self.tracker.incidents:
+                if not self.tracker.episodes:
                     return None
         try:
             return write_document(target, self.document())

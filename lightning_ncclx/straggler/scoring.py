@@ -1,4 +1,4 @@
-"""Scores of one interval and the incidents they make: pure functions and a small state machine.
+"""Scores of one interval and the episodes they make: pure functions and a small state machine.
 
 A rank's score is its work (data fetch + forward + optimizer, medians over the interval) over
 the median of its peers' work. The median of the *peers* (not of all ranks) keeps one slow rank
@@ -91,7 +91,11 @@ def score_interval(summaries: list[IntervalSummary]) -> IntervalScores | None:
 
 
 @dataclass
-class Incident:
+class StragglerEpisode:
+    """One rank slow for a run of intervals: opened after ``patience`` intervals above the
+    threshold (warned once), closed after as many below. Not an ``incident``: that word is a
+    hang event in ``lightning-ncclx history``."""
+
     rank: int
     host: str
     part: str
@@ -135,49 +139,49 @@ def describe(score: RankScore, intervals: int, interval_steps: int) -> str:
 
 
 @dataclass
-class IncidentTracker:
-    """Opens an incident after ``patience`` intervals above ``threshold``, closes it after as many
-    below; each incident is reported once."""
+class EpisodeTracker:
+    """Opens an episode after ``patience`` intervals above ``threshold``, closes it after as many
+    below; each episode is reported once."""
 
     threshold: float
     patience: int
     interval_steps: int
-    incidents: list[Incident] = field(default_factory=list)
+    episodes: list[StragglerEpisode] = field(default_factory=list)
     _above: dict[int, int] = field(default_factory=dict)
     _below: dict[int, int] = field(default_factory=dict)
-    _open: dict[int, Incident] = field(default_factory=dict)
+    _open: dict[int, StragglerEpisode] = field(default_factory=dict)
 
-    def update(self, scores: IntervalScores) -> tuple[list[Incident], list[Incident]]:
-        """Feed one interval; returns (incidents opened, incidents closed) by it."""
+    def update(self, scores: IntervalScores) -> tuple[list[StragglerEpisode], list[StragglerEpisode]]:
+        """Feed one interval; returns (episodes opened, episodes closed) by it."""
         opened, closed = [], []
         for s in scores.ranks:
             if s.score > self.threshold:
                 self._above[s.rank] = self._above.get(s.rank, 0) + 1
                 self._below[s.rank] = 0
-                incident = self._open.get(s.rank)
-                if incident is not None:
-                    incident.last_interval = scores.interval
-                    incident.score_max = max(incident.score_max, s.score)
+                episode = self._open.get(s.rank)
+                if episode is not None:
+                    episode.last_interval = scores.interval
+                    episode.score_max = max(episode.score_max, s.score)
                 elif self._above[s.rank] >= self.patience:
-                    incident = Incident(rank=s.rank, host=s.host, part=s.slow_part,
-                                        first_interval=scores.interval - self._above[s.rank] + 1,
-                                        last_interval=scores.interval, score_max=s.score,
-                                        part_ratio=s.part_ratios.get(s.slow_part, 1.0),
-                                        message=describe(s, self._above[s.rank], self.interval_steps),
-                                        opened_interval=scores.interval)
-                    self._open[s.rank] = incident
-                    self.incidents.append(incident)
-                    opened.append(incident)
+                    episode = StragglerEpisode(rank=s.rank, host=s.host, part=s.slow_part,
+                                               first_interval=scores.interval - self._above[s.rank] + 1,
+                                               last_interval=scores.interval, score_max=s.score,
+                                               part_ratio=s.part_ratios.get(s.slow_part, 1.0),
+                                               message=describe(s, self._above[s.rank], self.interval_steps),
+                                               opened_interval=scores.interval)
+                    self._open[s.rank] = episode
+                    self.episodes.append(episode)
+                    opened.append(episode)
             else:
                 self._above[s.rank] = 0
                 self._below[s.rank] = self._below.get(s.rank, 0) + 1
-                incident = self._open.get(s.rank)
-                if incident is not None and self._below[s.rank] >= self.patience:
-                    incident.open = False
+                episode = self._open.get(s.rank)
+                if episode is not None and self._below[s.rank] >= self.patience:
+                    episode.open = False
                     del self._open[s.rank]
-                    closed.append(incident)
+                    closed.append(episode)
         return opened, closed
 
     @property
-    def open_incidents(self) -> list[Incident]:
+    def open_episodes(self) -> list[StragglerEpisode]:
         return list(self._open.values())

@@ -96,7 +96,7 @@ class FSDPNcclxStrategy(DeviceMeshOnRootDevice, NcclFamilyBarrier, NcclxStrategy
             **kwargs,
         )
     # FSDPStrategy's class-level list is shared with subclasses, and Lightning refuses every name
-    # in it on CPU: our names live in a list of our own.
+    # in it on CPU: the ncclx names live in a list of their own.
     _registered_strategies: list[str] = []
 
     @contextmanager

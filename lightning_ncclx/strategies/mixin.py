@@ -253,7 +253,8 @@ class NcclxStrategyMixin:
 
     def ncclx_setup_line(self) -> str:
         """One line: asked backend, what serves each device, NCCL version, recorder, dumps, timeouts."""
-        from lightning_ncclx.backend.serving import nccl_version, serving_implementations
+        from lightning_ncclx.backend.serving import serving_implementations
+        from lightning_ncclx.backend.torch_api import nccl_version
 
         serving = ", ".join(f"{dev}: {impl}" for dev, impl in serving_implementations().items()) or "no group"
         timeouts = self.ncclx.timeouts

@@ -79,7 +79,7 @@ class SignalWakeup:
             log.warning("set_wakeup_fd failed: %s is seen only when the main thread runs Python",
                         self.signal_name, exc_info=True)
             return
-        if not self._owns_wakeup_fd:  # somebody else's (asyncio): theirs stays, ours is the slower path
+        if not self._owns_wakeup_fd:  # somebody else's (asyncio): theirs stays, the watchdog takes the slower path
             log.info("the signal wakeup fd is in use: %s is seen only when the main thread runs Python",
                      self.signal_name)
 
@@ -175,7 +175,7 @@ class SignalWakeup:
             return self._flag.wait(timeout_seconds) and _consume(self._flag)
         try:
             readable, _, _ = select.select([self._read_fd], [], [], timeout_seconds)
-        except (OSError, ValueError):  # the pipe was closed under us: we are stopping
+        except (OSError, ValueError):  # the pipe was closed: the watchdog is stopping
             return False
         got = False
         if readable:

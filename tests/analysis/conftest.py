@@ -16,7 +16,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="session")
 def gloo_dumps(tmp_path_factory) -> dict[str, Path]:
-    """scenario -> folder with ours/, torch/ and fixed/ subfolders (3 ranks; rank 2 misbehaves)."""
+    """scenario -> folder with ``ours/`` (the plugin's layout), ``torch/`` and ``fixed/``
+    subfolders (3 ranks; rank 2 misbehaves)."""
     root = tmp_path_factory.mktemp("gloo")
     return run_jobs({s: root / s for s in SCENARIOS})
 

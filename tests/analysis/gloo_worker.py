@@ -53,7 +53,7 @@ def format_stacks() -> str:
 def dump_and_exit(delay: float) -> None:
     time.sleep(delay)
     raw = torch._C._distributed_c10d._dump_fr_trace(True, True, False)
-    data = pickle.loads(raw)  # our own process's bytes: trusted
+    data = pickle.loads(raw)  # this process's own bytes: trusted
     fixed = dict(data, pg_config=pg_config(), pg_config_raw=data["pg_config"])
     for sub in ("ours", "torch", "fixed"):
         (OUT / sub).mkdir(parents=True, exist_ok=True)

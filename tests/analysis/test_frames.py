@@ -9,7 +9,7 @@ STDLIB = "/usr/lib/python3.11"
 
 
 def _stacks(*frames: tuple[str, int, str]) -> str:
-    """Our stacks-file form: an other thread first, then the main thread, outermost frame first."""
+    """The plugin's stacks-file form: an other thread first, then the main thread, outermost frame first."""
     lines = ["# Python stacks, pid 1", "", "--- thread 'ncclx-watchdog-rank0' (id 2) ---",
              f'  File "{STDLIB}/threading.py", line 320, in wait', "    waiter.acquire()", "",
              "--- thread 'MainThread' (id 1) ---"]
@@ -18,7 +18,7 @@ def _stacks(*frames: tuple[str, int, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-FIT = ("/home/me/train.py", 40, "main")
+FIT = ("/home/user/train.py", 40, "main")
 
 
 def test_a_loader_with_workers_is_named_as_the_data_loader_not_as_a_lock():
@@ -27,7 +27,7 @@ def test_a_loader_with_workers_is_named_as_the_data_loader_not_as_a_lock():
     activity = main_thread_activity(text)
     assert activity is not None and activity.startswith("waiting for the data loader: ")
     assert "_try_get_data" in activity
-    assert main_thread_user_frame(text) == "/home/me/train.py:40 in main"
+    assert main_thread_user_frame(text) == "/home/user/train.py:40 in main"
 
 
 def test_checkpoint_gpu_sync_and_store_barrier_are_recognized():

@@ -140,7 +140,7 @@ def test_corrupted_fields_give_an_unreadable_rank_or_an_analysis_never_an_error(
     import pickle
 
     victim = rng.choice(files)
-    data = pickle.loads(victim.read_bytes())  # our own test data: trusted
+    data = pickle.loads(victim.read_bytes())  # the test's own data: trusted
     if data["entries"]:
         for _ in range(rng.randint(1, 3)):
             rng.choice(data["entries"])[rng.choice(FIELDS)] = rng.choice(GARBAGE)
@@ -197,7 +197,7 @@ def test_random_dump_sets_written_as_json_are_read_like_pickles(tmp_path, seed):
         return
     (tmp_path / "j").mkdir()
     for f in sorted((tmp_path / "p").iterdir()):
-        data = pickle.loads(f.read_bytes())  # our own test data: trusted
+        data = pickle.loads(f.read_bytes())  # the test's own data: trusted
         for e in data["entries"]:
             e.pop("frames", None)  # JSON dumps never carry frames
             for k in ("time_discovered_started_ns", "time_discovered_completed_ns"):

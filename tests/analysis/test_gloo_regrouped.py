@@ -16,7 +16,7 @@ SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "order", "u
 
 
 def _traces(original: Path) -> dict[int, dict]:
-    """rank -> the decoded dump of our layout (our own test job's output: trusted)."""
+    """rank -> the decoded dump in the plugin's layout (the test job's own output: trusted)."""
     return {int(p.name[5:10]): pickle.loads(p.read_bytes()) for p in sorted(original.glob("rank_*.gloo.fr.pkl"))}
 
 

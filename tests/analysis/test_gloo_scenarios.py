@@ -61,7 +61,7 @@ def test_rank_stuck_outside_collectives_is_not_entered_with_its_stack_frame(gloo
     assert s.op == "all_reduce" and s.collective_seq_id == 4
     state = s.findings[0].culprit_states[0]
     assert state.state == "outside_collective"
-    if layout == "ours":  # our layout has rank_<R>.stacks.txt: the main thread's user frame
+    if layout == "ours":  # the plugin's layout has rank_<R>.stacks.txt: the main thread's user frame
         assert "wait_outside_collectives" in state.location
 
 

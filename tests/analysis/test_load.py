@@ -106,7 +106,7 @@ def test_parallel_loading_gives_the_same_traces(tmp_path):
 
 @pytest.mark.parametrize("empty_name", ["nccl_trace_rank_2", "rank_00002.nccl.fr.pkl", "dump-of-rank-2.pkl"])
 def test_an_empty_dump_is_a_rank_that_never_entered_not_a_missing_one(tmp_path: Path, empty_name: str) -> None:
-    """Rank 2 dumped an empty nccl2 buffer: whatever its file is called (torch's prefix, our layout
+    """Rank 2 dumped an empty nccl2 buffer: whatever its file is called (torch's prefix, the plugin's layout
     with the legacy tag, a name of its own), it counts as the job's one backend."""
     groups = {"0": ("default_pg", [0, 1, 2])}
     for rank in (0, 1):

@@ -12,7 +12,7 @@ from lightning_ncclx.analysis import Verdict, analyze_folder
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "torch-2.13-gloo"
 
-EXPECTED = {  # scenario -> (verdict, culprits) for our layout; torch's raw layout differs only where said
+EXPECTED = {  # scenario -> (verdict, culprits) for the plugin's layout; torch's raw layout differs only where said
     "healthy": (Verdict.NO_HANG, ()),
     "skip": (Verdict.NOT_ENTERED, (2,)),
     "op": (Verdict.OP_MISMATCH, (2,)),

@@ -1,4 +1,4 @@
-"""Where torchfrtrace (torch.distributed.flight_recorder) is wrong on the same files, and we are not."""
+"""Where torchfrtrace (torch.distributed.flight_recorder) is wrong on the same files, and lightning-ncclx is not."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Completed, legitimate send/recv pairs recorded by the nccl2 hook, between ordinary collectives:
 what torch 2.15's own analyzer (torch.distributed.flight_recorder, i.e. torchfrtrace) does with
-them, next to what we say (no_hang).
+them, next to what lightning-ncclx says (no_hang).
 
 Checked against torch 2.15.0: it does *not* report a false-positive mismatch here. With the recv
 written ``recv 0->1`` (the same arrow as the send, as the hook-style dumps in the brief describe)
 it crashes in ``Op.__init__`` (``ValueError``: it only parses ``recv D<-S``); with torch's own
-``recv 1<-0`` form it passes every entry. Either way we read both arrow forms and say no_hang.
+``recv 1<-0`` form it passes every entry. Either way lightning-ncclx reads both arrow forms and says no_hang.
 """
 
 from __future__ import annotations

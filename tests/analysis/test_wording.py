@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from lightning_ncclx.analysis.model import GroupRef
-from lightning_ncclx.analysis.wording import group_label, ranks_text, short, sizes_text
+from lightning_ncclx.analysis.wording import (
+    group_label, group_title, rank_runs, ranks_label, ranks_text, short, sizes_text,
+)
 
 
 def test_sizes_text_joins_dimensions_with_x_and_tensors_with_commas():
@@ -44,4 +46,22 @@ def test_ranks_text_shortens_longer_lists_to_ten_and_a_count():
 
 def test_group_label_names_desc_and_backend():
     assert group_label(GroupRef("5", "tp", (1, 3), "nccl")) == "group 5 (tp, nccl)"
-    assert group_label(GroupRef("0", "", (0,), "gloo")) == "group 0 (no desc, gloo)"
+    assert group_label(GroupRef("0", "", (0,), "gloo")) == "group 0 (rank 0, gloo)"
+    assert group_label(GroupRef("1", "undefined", (0, 1, 2), "gloo")) == "group 1 (ranks 0-2, gloo)"
+
+
+def test_rank_runs_compress_consecutive_ranks():
+    assert rank_runs([5, 0, 1, 2, 7, 8, 8]) == ["0-2", "5", "7-8"] and rank_runs([]) == []
+
+
+def test_ranks_label_says_what_a_set_of_ranks_stands_for():
+    assert ranks_label([3]) == "rank 3"
+    assert ranks_label(r for r in range(1024) if r != 700) == "ranks 0-699, 701-1023"
+    assert ranks_label(range(0, 1024, 8)) == "128 ranks: 0, 8, 16, ..., 1016"
+    assert ranks_label([]) == "no ranks"
+
+
+def test_a_group_is_titled_by_its_description_or_else_by_its_ranks():
+    assert group_title("tp", (0, 1)) == "tp"
+    assert group_title("undefined", (4, 5, 6, 7)) == group_title("", (4, 5, 6, 7)) == "ranks 4-7"
+    assert group_title("undefined", ()) == "ranks unknown"

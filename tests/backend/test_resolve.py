@@ -67,7 +67,7 @@ def test_probe_on_this_machine_reads_torch_dist_use_nccl2(monkeypatch: pytest.Mo
 
 
 def test_real_torch_refuses_nccl2_without_a_gpu() -> None:
-    """The message our refusal replaces: torch's own error on a CPU-only machine."""
+    """The message the plugin's refusal replaces: torch's own error on a CPU-only machine."""
     import torch
     import torch.distributed as dist
 

@@ -1,17 +1,14 @@
 """``backend/serving.py``: what serves each device of a live process group (a real 1-rank gloo
-group), and how the NCCL version torch links is reported (a tuple joined with dots, an old
-integer as is, a library that cannot be loaded as None)."""
+group)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
 
-from lightning_ncclx.backend.serving import nccl_version, serving_implementations
+from lightning_ncclx.backend.serving import serving_implementations
 
 
 @pytest.fixture
@@ -36,30 +33,3 @@ def test_each_device_of_the_world_group_names_the_backend_and_its_class(gloo_wor
 def test_a_given_group_is_described_instead_of_the_world(gloo_world) -> None:
     sub = dist.new_group([0], backend="gloo", group_desc="sub")
     assert serving_implementations(sub)["cpu"] == "gloo (ProcessGroupGloo)"
-
-
-def test_nccl_version_is_dotted_when_torch_has_nccl() -> None:
-    version = nccl_version()
-    if not dist.is_nccl_available():
-        assert version is None
-    else:
-        assert version is not None and re.fullmatch(r"\d+\.\d+\.\d+(\.\w+)?", version), version
-
-
-@pytest.mark.parametrize(("reported", "expected"), [((2, 21, 5), "2.21.5"), (21805, "21805")])
-def test_nccl_version_formats_a_tuple_or_an_old_integer(monkeypatch: pytest.MonkeyPatch, reported, expected) -> None:
-    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: reported)
-    assert nccl_version() == expected
-
-
-def test_a_libnccl_that_fails_to_load_is_no_version_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken() -> tuple[int, ...]:
-        raise OSError("libnccl.so.2: cannot open shared object file")
-
-    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(torch.cuda.nccl, "version", broken)
-    assert nccl_version() is None
-    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: False)
-    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (9, 9, 9))
-    assert nccl_version() is None  # no NCCL in this torch: its version is not asked

@@ -1,4 +1,4 @@
-"""A user's own Hydra app (not ours) gets the packaged groups and the schema through the
+"""A user's own Hydra app (not the plugin's) gets the packaged groups and the schema through the
 search-path plugin, and the plugin keeps torch and Lightning out of it."""
 
 from __future__ import annotations

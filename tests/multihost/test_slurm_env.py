@@ -1,6 +1,6 @@
 """The multi-node job under SLURM's environment: 4 ranks on 2 "nodes", started by hand with the
 variables ``srun --nodes=2 --ntasks-per-node=2`` gives every task (there is no SLURM here).
-Lightning picks ``SLURMEnvironment`` by itself; nothing of ours launches anything.
+Lightning picks ``SLURMEnvironment`` by itself; nothing of the plugin's launches anything.
 
 Two variants: both "nodes" on this machine (always runs), and each node in its own network
 namespace with its own hostname (needs root and ``ip netns``, like ``test_two_hosts``). Each node

@@ -76,7 +76,7 @@ def test_escaped_reaches_strings_nested_in_dataclasses_tuples_lists_and_mapping_
     assert out == Outer(title="t\\x0a", inner=Inner(name="a\\x1bb", ranks=(1, 2)), items=["ok", ("x\\x09y",)],
                         hosts={0: "h\\x0d", "k\\x00": "v"})
     assert type(out.items) is list and type(out.items[1]) is tuple
-    assert out.colour is Colour.RED  # enums pass through unescaped: their value is ours, not the dump's
+    assert out.colour is Colour.RED  # enums pass through unescaped: their value is the plugin's, not the dump's
     assert (out.count, out.ratio, out.flag, out.missing) == (0, 0.5, True, None)
     assert value.title == "t\n" and value.inner.name == "a\x1bb"  # the input is not modified
 

@@ -41,7 +41,7 @@ def test_reader_scores_warns_once_and_writes_the_file(tmp_path: Path, caplog: py
     assert len(warnings) == 1 and warnings[0].startswith("straggler: rank 1 on h1: forward 1.50x"), warnings
     document = json.loads((tmp_path / "stragglers.json").read_text())
     assert document["intervals_scored"] == 3 and document["ranks"][0]["rank"] == 1
-    assert [i["rank"] for i in document["incidents"]] == [1]
+    assert [i["rank"] for i in document["episodes"]] == [1]
     assert [m["ncclx/straggler/slowest_rank"] for _, m in ranks[0].metrics()] == [1.0, 1.0, 1.0]
     assert ranks[1].metrics() == []  # only the reading rank scores
 
@@ -55,7 +55,7 @@ def test_write_json_for_a_stall_event_folder_on_the_reading_rank_only(tmp_path: 
     try:
         path = runtimes[0].write_json(tmp_path / "stall-001")
         assert path == tmp_path / "stall-001" / "stragglers.json"
-        assert json.loads(path.read_text())["incidents"] == []
+        assert json.loads(path.read_text())["episodes"] == []
         assert runtimes[1].write_json(tmp_path / "stall-002") is None
     finally:
         for runtime in runtimes:

@@ -1,10 +1,10 @@
-"""Scores against the median of the peers, the slow part, incidents opened once and closed."""
+"""Scores against the median of the peers, the slow part, episodes opened once and closed."""
 
 from __future__ import annotations
 
 import pytest
 
-from lightning_ncclx.straggler.scoring import IncidentTracker, describe, score_interval
+from lightning_ncclx.straggler.scoring import EpisodeTracker, describe, score_interval
 from lightning_ncclx.straggler.timings import IntervalSummary
 
 
@@ -77,7 +77,7 @@ def test_message_names_rank_host_part_and_normal_parts() -> None:
     assert text.endswith("data fetch, optimizer normal")
 
 
-def feed(tracker: IncidentTracker, slow: list[bool]) -> list[tuple[int, str, str]]:
+def feed(tracker: EpisodeTracker, slow: list[bool]) -> list[tuple[int, str, str]]:
     events = []
     for i, is_slow in enumerate(slow):
         s = score_interval([summary(0, interval=i), summary(1, interval=i),
@@ -88,19 +88,19 @@ def feed(tracker: IncidentTracker, slow: list[bool]) -> list[tuple[int, str, str
     return events
 
 
-def test_incident_opens_after_patience_once_and_closes_after_as_many_below() -> None:
-    tracker = IncidentTracker(threshold=1.2, patience=3, interval_steps=100)
+def test_episode_opens_after_patience_once_and_closes_after_as_many_below() -> None:
+    tracker = EpisodeTracker(threshold=1.2, patience=3, interval_steps=100)
     events = feed(tracker, [True, True, False, True, True, True, True, False, False, False, True])
     assert [(i, kind) for i, kind, _ in events] == [(5, "open"), (9, "close")]
-    incident = tracker.incidents[0]
-    assert (incident.rank, incident.first_interval, incident.opened_interval, incident.last_interval) == (2, 3, 5, 6)
-    assert not incident.open and "for 3 intervals" in incident.message
+    episode = tracker.episodes[0]
+    assert (episode.rank, episode.first_interval, episode.opened_interval, episode.last_interval) == (2, 3, 5, 6)
+    assert not episode.open and "for 3 intervals" in episode.message
 
 
 def test_noise_below_threshold_opens_nothing() -> None:
-    tracker = IncidentTracker(threshold=1.2, patience=1, interval_steps=100)
+    tracker = EpisodeTracker(threshold=1.2, patience=1, interval_steps=100)
     for i in range(20):
         s = score_interval([summary(r, interval=i, forward=0.1 * (1 + 0.15 * ((i + r) % 2))) for r in range(4)])
         assert s is not None
         tracker.update(s)
-    assert tracker.incidents == []
+    assert tracker.episodes == []

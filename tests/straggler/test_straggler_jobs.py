@@ -12,18 +12,18 @@ from straggler.harness import run_job
 pytestmark = pytest.mark.timeout(300)
 
 
-def _one_incident(result, rank: int, part: str, within_intervals: int | None = 2) -> dict:
+def _one_episode(result, rank: int, part: str, within_intervals: int | None = 2) -> dict:
     assert result.returncode == 0, result.log[-4000:]
     warnings = result.warnings()
     assert len(warnings) == 1, f"expected one warning, got {warnings}\n{result.log[-4000:]}"
     document = result.stragglers()
-    assert len(document["incidents"]) == 1, document["incidents"]
-    incident = document["incidents"][0]
-    assert (incident["rank"], incident["part"]) == (rank, part), incident
+    assert len(document["episodes"]) == 1, document["episodes"]
+    episode = document["episodes"][0]
+    assert (episode["rank"], episode["part"]) == (rank, part), episode
     if within_intervals is not None:
-        assert incident["opened_interval"] < within_intervals, f"named at interval {incident['opened_interval']}"
+        assert episode["opened_interval"] < within_intervals, f"named at interval {episode['opened_interval']}"
     assert f"rank {rank} on " in warnings[0]
-    return incident
+    return episode
 
 
 def test_rank_with_slow_compute_is_named_within_two_intervals(tmp_path: Path) -> None:
@@ -32,8 +32,8 @@ def test_rank_with_slow_compute_is_named_within_two_intervals(tmp_path: Path) ->
     # the 1.3); forward, most of the work, is scored alone too
     result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "2", "--attach", "strategy",
                      "--step-ms", "200", "--slow-fraction", "0.3")
-    incident = _one_incident(result, 2, "forward")
-    assert "forward 1." in incident["message"] and "data fetch, optimizer normal" in incident["message"]
+    episode = _one_episode(result, 2, "forward")
+    assert "forward 1." in episode["message"] and "data fetch, optimizer normal" in episode["message"]
     rows = result.metrics_rows()
     assert rows and {float(r["ncclx/straggler/slowest_rank"]) for r in rows} == {2.0}, rows
     assert all(float(r["ncclx/straggler/score_max"]) > 1.2 for r in rows), rows
@@ -44,8 +44,8 @@ def test_rank_with_slow_loader_is_named_with_data_fetch(tmp_path: Path) -> None:
     # machine: too close to the 1.2 threshold to be named within 2 intervals every time); stock ddp
     result = run_job(tmp_path, "--fault", "slow_loader", "--fault-rank", "1", "--slow-fraction", "0.5",
                      "--attach", "callback")
-    incident = _one_incident(result, 1, "data_fetch")
-    assert "data fetch" in incident["message"] and "forward, optimizer normal" in incident["message"]
+    episode = _one_episode(result, 1, "data_fetch")
+    assert "data fetch" in episode["message"] and "forward, optimizer normal" in episode["message"]
 
 
 def test_healthy_noisy_fit_raises_no_warning_over_20_intervals(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_healthy_noisy_fit_raises_no_warning_over_20_intervals(tmp_path: Path) -
     assert not list(result.root.rglob("stragglers.json")), "a healthy run leaves no stragglers.json"
     rows = result.metrics_rows()
     assert len(rows) >= 19, rows  # every interval scored while fit ran (the 20th is scored at its end)
-    assert all(float(r["ncclx/straggler/open_incidents"]) == 0.0 for r in rows), rows
+    assert all(float(r["ncclx/straggler/open_episodes"]) == 0.0 for r in rows), rows
 
 
 @pytest.mark.parametrize(
@@ -74,4 +74,4 @@ def test_sharded_strategies_attach_detection_too(tmp_path: Path, strategy: str, 
     # 50% slower, 3 ranks, named at any interval: this checks the wiring, the 30% cases the margins
     result = run_job(tmp_path, "--fault", fault, "--fault-rank", "1", "--attach", "strategy", "--slow-fraction", "0.5",
                      "--strategy", strategy, "--devices", "3")
-    _one_incident(result, 1, part, within_intervals=None)
+    _one_episode(result, 1, part, within_intervals=None)

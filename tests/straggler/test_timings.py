@@ -36,7 +36,7 @@ def test_parts_are_split_at_the_hook_points_and_medians_taken() -> None:
         run_batch(recorder, clock, fetch=0.01, forward=forward, backward=0.03, optimizer=0.002)
     records = recorder.take()
     assert recorder.take() == []
-    assert records[0].data_fetch is None  # the first batch follows no fetch we saw
+    assert records[0].data_fetch is None  # the first batch follows no fetch that was seen
     s = summarize_records(records, rank=3, interval=7, host="h")
     assert (s.rank, s.interval, s.batches) == (3, 7, 3)
     assert abs(s.parts["forward"] - 0.12) < 1e-9 and abs(s.parts["data_fetch"] - 0.01) < 1e-9

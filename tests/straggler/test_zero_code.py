@@ -1,4 +1,4 @@
-"""Zero-code adoption: Lightning's own entry-point loading picks up our factories from installed
+"""Zero-code adoption: Lightning's own entry-point loading picks up the plugin's factories from installed
 distribution metadata, and ``LIGHTNING_NCCLX_WATCH`` switches them on. Real Trainers in scripts
 that never import lightning_ncclx themselves."""
 
@@ -90,7 +90,7 @@ def test_variable_values() -> None:
 def test_stock_ddp_job_gets_watchdog_and_straggler_warning_without_code(tmp_path: Path,
                                                                         entry_point_path: list[Path]) -> None:
     job = (Path(__file__).parent / "jobs" / "straggler_job.py").read_text()
-    assert "import lightning_ncclx\n" not in job  # the --attach none path imports nothing of ours
+    assert "import lightning_ncclx\n" not in job  # the --attach none path imports nothing of the plugin's
     result = run_job(tmp_path, "--fault", "slow_compute", "--fault-rank", "3", "--attach", "none", "--step-ms", "200",
                      "--slow-fraction", "0.5",
                      extra_env={"LIGHTNING_NCCLX_WATCH": "1", "LIGHTNING_NCCLX_OVERRIDES": OVERRIDES},

@@ -35,7 +35,7 @@ OWN_DEFAULTS = {"timeout": None, "tensor_parallel_size": 1}
 
 def _type_names(cls: type, name: str) -> set[str]:
     """The names an annotation is made of, without module paths and Optional/None (Lightning and
-    we spell the same types through different imports, resolved or as text)."""
+    lightning-ncclx spell the same types through different imports, resolved or as text)."""
     raw = inspect.signature(cls.__init__).parameters[name].annotation
     text = raw if isinstance(raw, str) else getattr(raw, "__name__", None) if isinstance(raw, type) else repr(raw)
     return set(re.findall(r"([A-Za-z_]\w*)(?![\w.])", text)) - {"Optional", "Union", "None", "NoneType", "ForwardRef"}

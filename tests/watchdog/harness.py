@@ -104,7 +104,7 @@ def run_job(tmp_path: Path, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) ->
 
 
 def run_ranks_by_hand(tmp_path: Path, world: int, *args: str, timeout: float = JOB_TIMEOUT_SECONDS) -> JobResult:
-    """Start every rank of the job ourselves (``LOCAL_RANK`` set: Lightning launches nothing and
+    """Start every rank of the job by hand (``LOCAL_RANK`` set: Lightning launches nothing and
     has no observer that kills the job when a rank dies, as under ``srun`` without
     ``--kill-on-bad-exit``). ``returncode`` is the highest exit code; each rank's log is appended."""
     from support import clean_env, kill_session, start_job

@@ -117,7 +117,7 @@ def test_without_a_signal_name_nothing_is_installed(user_handler) -> None:
 def test_a_closed_wakeup_waits_on_its_flag() -> None:
     wakeup = SignalWakeup(None)
     assert wakeup.wait(0) is False
-    wakeup._flag.set()  # what the handler does when the wakeup fd is not ours
+    wakeup._flag.set()  # what the handler does when the wakeup fd is not the watchdog's
     assert wakeup.wait(0) is True and wakeup.wait(0) is False
 
 

@@ -12,13 +12,13 @@ from synth import collectives, dump, write  # noqa: E402
 
 from lightning_ncclx.cli import main  # noqa: E402
 from lightning_ncclx.report.stragglers import find_document  # noqa: E402
-from lightning_ncclx.straggler.report import build_document, write_document  # noqa: E402
-from lightning_ncclx.straggler.scoring import IncidentTracker, score_interval  # noqa: E402
+from lightning_ncclx.straggler.scores_file import build_document, write_document  # noqa: E402
+from lightning_ncclx.straggler.scoring import EpisodeTracker, score_interval  # noqa: E402
 from lightning_ncclx.straggler.timings import IntervalSummary  # noqa: E402
 
 
 def run_folder(folder: Path, slow: bool) -> Path:
-    tracker = IncidentTracker(threshold=1.2, patience=2, interval_steps=10)
+    tracker = EpisodeTracker(threshold=1.2, patience=2, interval_steps=10)
     scores = None
     for i in range(3):
         forward = [0.13 if (slow and r == 5) else 0.1 for r in range(8)]
@@ -27,12 +27,12 @@ def run_folder(folder: Path, slow: bool) -> Path:
                                  for r in range(8)])
         assert scores is not None
         tracker.update(scores)
-    write_document(folder, build_document(scores=scores, incidents=tracker.incidents, intervals_scored=3,
+    write_document(folder, build_document(scores=scores, episodes=tracker.episodes, intervals_scored=3,
                                           interval_steps=10, threshold=1.2, patience=2, world_size=8))
     return folder
 
 
-def test_run_without_a_hang_prints_the_table_and_exits_1_on_an_incident(tmp_path: Path, capsys) -> None:
+def test_run_without_a_hang_prints_the_table_and_exits_1_on_an_episode(tmp_path: Path, capsys) -> None:
     folder = run_folder(tmp_path / "run", slow=True)
     assert main(["summarize", str(folder)]) == 1
     out = capsys.readouterr().out
@@ -44,7 +44,7 @@ def test_run_without_a_hang_prints_the_table_and_exits_1_on_an_incident(tmp_path
 def test_healthy_run_exits_0(tmp_path: Path, capsys) -> None:
     folder = run_folder(tmp_path / "run", slow=False)
     assert main(["summarize", str(folder)]) == 0
-    assert "no straggler incident" in capsys.readouterr().out
+    assert "no straggler episode" in capsys.readouterr().out
 
 
 def test_hang_summary_of_an_event_folder_is_followed_by_the_run_table(tmp_path: Path, capsys) -> None:
