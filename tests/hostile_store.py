@@ -6,13 +6,11 @@ while the job runs in its own processes, to plant crafted values (:mod:`hostile_
 chosen moments and then check what the ranks did (:mod:`hostile_checks`). It knows nothing of
 the plugin's protocol: key names are parameters, relative to a prefix.
 
-Where the plugin's keys live on the server: ``init_process_group`` wraps the rendezvous store in
-``PrefixStore("default_pg")`` and the default group's in ``PrefixStore("0/")`` (its group name);
-``open_job_store`` adds ``PrefixStore("lightning_ncclx")``; a ``PrefixStore`` joins its prefix
-and the key with ``/``. The plugin's ``ev/1/meta`` is therefore the server's
-``default_pg/0//lightning_ncclx/ev/1/meta`` (listed on a running 2-rank job in
-``tests/test_hostile_store.py``). torch's own keys of the default group are
-``default_pg/0//cpu//0/<rank>``.
+Where the plugin's keys live on the server: under ``lightning_ncclx/`` at its root (the plugin
+opens its own connections, ``lightning_ncclx.events.connection``, and a ``PrefixStore`` joins
+its prefix and the key with ``/``): the plugin's ``ev/1/meta`` is the server's
+``lightning_ncclx/ev/1/meta`` (listed on a running 2-rank job in ``tests/test_hostile_store.py``).
+torch's own keys of the default group are ``default_pg/0//cpu//0/<rank>``.
 
 Example::
 
@@ -31,8 +29,8 @@ from typing import Any, Callable, Mapping
 
 JOB_STORE_PREFIX = "default_pg/0//"
 """What torch puts before every key made through the default group's store."""
-PLUGIN_PREFIX = JOB_STORE_PREFIX + "lightning_ncclx/"
-"""What the plugin's keys (``open_job_store``) start with on the server."""
+PLUGIN_PREFIX = "lightning_ncclx/"
+"""What the plugin's keys start with on the server."""
 STORE_VALUE_LIMIT_BYTES = 8 * 1024 * 1024
 """torch's libuv server refuses a larger value and closes that client's connection."""
 
@@ -98,6 +96,10 @@ class HostileStore:
     def add(self, name: str, amount: int) -> int:
         with self._lock:
             return int(self._store.add(self.full_key(name), amount))
+
+    def append(self, name: str, value: bytes | str) -> None:
+        with self._lock:
+            self._store.append(self.full_key(name), value)
 
     def names(self, under: str = "") -> list[str]:
         """Every key under ``prefix + under``, relative to ``prefix``, sorted."""

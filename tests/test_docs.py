@@ -128,7 +128,6 @@ def _project_text() -> list[tuple[str, int, str]]:
 # Being rewritten now (the watchdog runtime and the dump protocol, the analyzer's loader); their
 # owners reword these with the rest.
 TEMPORARY_ALLOWLIST = frozenset({
-    "lightning_ncclx/dump/coordinator.py", "lightning_ncclx/dump/doorbell.py", "lightning_ncclx/watchdog/runtime.py",
     "lightning_ncclx/analysis/load.py",
 })
 

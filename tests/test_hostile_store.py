@@ -39,8 +39,8 @@ def server() -> Iterator[Any]:
 
 
 def _jobs_view(master: Any) -> Any:
-    """The store as a job's plugin code sees it: torch's two prefixes, then the plugin's."""
-    return dist.PrefixStore("lightning_ncclx", dist.PrefixStore("0/", dist.PrefixStore("default_pg", master)))
+    """The store as a job's plugin code sees it: its namespace at the server's root."""
+    return dist.PrefixStore("lightning_ncclx", master)
 
 
 # ---------------------------------------------------------------------------------- the client
@@ -48,7 +48,7 @@ def test_the_client_reads_writes_lists_and_deletes_the_keys_a_job_makes(server) 
     job = _jobs_view(server)
     job.set("ev/1/meta", '{"name": "stall-001"}')
     with HostileStore("127.0.0.1", server.port) as hostile:
-        assert hostile.full_key("ev/1/meta") == "default_pg/0//lightning_ncclx/ev/1/meta"
+        assert hostile.full_key("ev/1/meta") == "lightning_ncclx/ev/1/meta"
         assert hostile.names() == ["ev/1/meta"] and hostile.get("ev/1/meta") == b'{"name": "stall-001"}'
         hostile.set("ev/1/rank/1", b'{"host": ".."}')
         assert job.get("ev/1/rank/1") == b'{"host": ".."}'

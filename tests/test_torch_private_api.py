@@ -19,14 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("lightning_ncclx", "bench", "scripts", "examples", "hydra_plugins")
 THE_MODULE = "lightning_ncclx/backend/torch_api.py"
 
-# Being rewritten; to move into torch_api (its default_store, dump_fr_trace_json and
-# dump_nccl_trace_json are there for them).
+# Being rewritten; to move into torch_api (its dump_fr_trace_json and dump_nccl_trace_json are
+# there for it).
 TEMPORARY_ALLOWLIST = frozenset({
     "lightning_ncclx/watchdog/collective_probe.py",
-    "lightning_ncclx/dump/coordinator.py",
-    "lightning_ncclx/dump/doorbell.py",
-    "lightning_ncclx/watchdog/runtime.py",
-    "lightning_ncclx/dump/summarize.py",
 })
 
 PRIVATE_ROOTS = ("torch.distributed", "torch._C")

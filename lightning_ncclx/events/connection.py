@@ -120,6 +120,7 @@ class StoreClient:
         self._lock = threading.Lock()
         self._clock = clock
         self._next_attempt = 0.0
+        self._quiet_until = 0.0
         self._failures = 0
         self.reconnects = 0
         self.owned = owned
@@ -149,6 +150,12 @@ class StoreClient:
             if now < self._next_attempt:
                 raise StoreUnavailable("the store connection is down; the next attempt is in "
                                        f"{self._next_attempt - now:.1f} s")
+            if broken is not None and now < self._quiet_until:
+                # lost again soon after a reconnect: wait before the next one (no reconnect storm)
+                self._next_attempt = now + RECONNECT_GAP_SECONDS
+                self._store = None
+                raise StoreUnavailable(f"the store connection was lost again within {RECONNECT_GAP_SECONDS:.0f} s "
+                                       "of the last reconnect")
             try:
                 store = self._opener()
             except Exception as error:  # noqa: BLE001
@@ -162,7 +169,8 @@ class StoreClient:
                 self.reconnects += 1
                 log.info("reconnected to the job's store (%d time(s) in this run)", self.reconnects)
             self._failures = 0
-            self._next_attempt = now + RECONNECT_GAP_SECONDS
+            if broken is not None:
+                self._quiet_until = now + RECONNECT_GAP_SECONDS
             self._store = store
             return store
 

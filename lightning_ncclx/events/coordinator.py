@@ -9,22 +9,22 @@ Protocol (keys in :mod:`keys`, values in :mod:`wire`; every key under ``lightnin
     and one initiator (who also summarizes). A rank that was behind (it missed a ring) finds a
     closed or stale event there and moves on to the next number: it never joins an event that
     is over. Numbers taken by a value this protocol does not write are skipped.
-``ev/<n>/rank/<r>``, ``ev/<n>/roster``, ``ev/<n>/dumped``
+``ev/<n>/rank/<r>``, ``ev/<n>/dumped``
     Rank ``r``'s :class:`~lightning_ncclx.events.wire.Announcement` (and digest), then its
-    number appended to the roster, then the counter bumped: the initiator waits on the counter,
-    reads the roster and then every announcement it lists in a few ``multi_get`` requests.
+    number appended to the ``dumped`` roster: the initiator polls the roster, then reads every
+    announcement it lists in a few ``multi_get`` requests.
 ``ev/<n>/blob/<r>`` (+ ``/<i>``)
     Rank ``r``'s full dump in chunks (:mod:`packing`): from every rank with
     ``gather_through_store``; in a two-phase gather only from the ranks in ``want``.
 ``ev/<n>/want``
     JSON list of the ranks whose full dumps the initiator asks for; it rings only their bells.
 ``ev/<n>/moved``
-    Counter: each rank adds 1 once its heartbeat moves past the one the event was about.
+    Roster of the ranks whose heartbeat moved past the one the event was about.
 ``ev/<n>/outcome``
     :class:`~lightning_ncclx.events.wire.Outcome`: recovered, or the job ends with an exit
     status. Every rank's bell is rung.
 ``ev/<n>/leaving``
-    Counter of ranks on their way out of an ending job (the store's host leaves last).
+    Roster of the ranks on their way out of an ending job (the store's host leaves last).
 ``ev/<n>/gone``, ``procs/<scope>``
     Liveness (:mod:`liveness`): lines naming ranks whose process exited; one JSON line per
     watchdog of a scope (boot id and pid namespace).
@@ -52,7 +52,7 @@ from typing import Callable
 from lightning_ncclx.events.connection import StoreClient
 from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.keys import (
-    counter_key, gone_key, meta_key, outcome_key, procs_key, rank_key, roster_key, want_key,
+    gone_key, meta_key, outcome_key, procs_key, rank_key, roster_key, want_key,
 )
 from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of
 from lightning_ncclx.events.packing import blob_keys, put_blob
@@ -115,7 +115,7 @@ class EventCoordinator:
         return meta.opened is not None and self._wall_clock() - meta.opened > self.stale_after_seconds
 
     def propose(self, reason: str) -> EventMeta | None:
-        """Ask for an event; returns the one agreed on (ours, or a concurrent proposer's that is
+        """Ask for an event; returns the one agreed on (this rank's, or a concurrent proposer's that is
         still being collected), or None when no number could be taken in this call."""
         for _ in range(MAX_SKIPPED_PER_CALL):
             number = self.last_seen + 1
@@ -211,9 +211,8 @@ class EventCoordinator:
         if upload and self.upload_full(event, upload):
             announcement = dataclasses.replace(announcement, uploaded=True)
         self.client.set(rank_key(event.number, self.rank), announcement.encode())
-        self.client.append(roster_key(event.number), f"{self.rank}\n")
-        self.client.add(counter_key(event.number, "dumped"), 1)
-        if event.initiator != self.rank and self.is_closed(event):  # closed while we announced
+        self.join_roster(event, "dumped")
+        if event.initiator != self.rank and self.is_closed(event):  # closed while this rank announced
             self.client.delete([rank_key(event.number, self.rank)] + blob_keys(event.number, self.rank))
         return True
 
@@ -227,25 +226,34 @@ class EventCoordinator:
                         exc_info=True)
             return False
 
-    def dumped_count(self, event: EventMeta) -> int:
-        count = self.client.add(counter_key(event.number, "dumped"), 0)
-        return count if 0 <= count <= 4 * self.world_size else 0
+    def join_roster(self, event: EventMeta, name: str) -> None:
+        self.client.append(roster_key(event.number, name), f"{self.rank}\n")
 
-    def announced(self, event: EventMeta) -> dict[int, Announcement]:
-        """Every announcement the roster lists (each checked; bad ones refused)."""
-        ranks, notes = parse_rank_lines(self.client.read(roster_key(event.number)), self.world_size, "roster")
+    def roster(self, event: EventMeta, name: str) -> list[int]:
+        """The ranks of the job on roster ``name`` (planted lines refused)."""
+        ranks, notes = parse_rank_lines(self.client.read(roster_key(event.number, name)), self.world_size,
+                                        f"{event.name}'s {name} roster")
         for note in notes:
             self.refuse(note)
+        return ranks
+
+    def announced(self, event: EventMeta) -> dict[int, Announcement]:
+        """Every rank's announcement (each checked; bad ones refused): those the ``dumped``
+        roster lists in a few ``multi_get`` requests, the others one non-blocking read each (a
+        roster overwritten by another client must not hide the ranks it no longer lists)."""
+        listed = self.roster(event, "dumped")
+        others = [r for r in range(self.world_size) if r not in set(listed)]
+        values = self.client.read_many([rank_key(event.number, r) for r in listed])
+        values += [self.client.read(rank_key(event.number, r)) for r in others]
         found: dict[int, Announcement] = {}
-        values = self.client.read_many([rank_key(event.number, r) for r in ranks])
-        for rank, raw in zip(ranks, values):
+        for rank, raw in zip(listed + others, values):
             if raw is None:
                 continue
             try:
                 found[rank] = Announcement.parse(rank, raw)
             except BadValue as error:
                 self.refuse(error)
-        return found
+        return dict(sorted(found.items()))
 
     def wait_for_dumps(self, event: EventMeta, timeout_seconds: float, poll_seconds: float = 0.1,
                        liveness_every_seconds: float = 0.5) -> dict[int, Announcement]:
@@ -254,7 +262,7 @@ class EventCoordinator:
         deadline = self._clock() + timeout_seconds
         next_liveness = self._clock()
         while self._clock() < deadline:
-            count = self.dumped_count(event)
+            count = len(self.roster(event, "dumped"))
             if count >= self.world_size:
                 break
             if self._clock() >= next_liveness:
@@ -288,13 +296,6 @@ class EventCoordinator:
             return None
 
     # ------------------------------------------------------------------ after the summary
-    def report_moved(self, event: EventMeta) -> None:
-        self.client.add(counter_key(event.number, "moved"), 1)
-
-    def moved_count(self, event: EventMeta) -> int:
-        count = self.client.add(counter_key(event.number, "moved"), 0)
-        return count if 0 <= count <= 4 * self.world_size else 0
-
     def set_outcome(self, event: EventMeta, outcome: Outcome) -> None:
         self.client.set(outcome_key(event.number), outcome.to_json())
         if self.rings_doorbells:
@@ -314,8 +315,7 @@ class EventCoordinator:
         """Initiator, once the summary is written: mark the event closed, then delete the keys of
         the collection (the dumps are on disk now; blobs are the store host's biggest memory)."""
         self.client.set(meta_key(event.number), event.to_json(closed=True))
-        keys = [counter_key(event.number, "dumped"), roster_key(event.number), gone_key(event.number),
-                want_key(event.number)]
+        keys = [roster_key(event.number, "dumped"), gone_key(event.number), want_key(event.number)]
         keys += [rank_key(event.number, r) for r in sorted(announced)]
         for rank in sorted(set(blobs_from) | {r for r, a in announced.items() if a.uploaded}):
             keys += self._blob_keys_in_use(event, rank)
@@ -333,19 +333,18 @@ class EventCoordinator:
 
     def forget(self, event: EventMeta) -> None:
         """The store's host, as the job ends: the keys every rank used after the summary."""
-        self.client.delete([counter_key(event.number, "moved"), counter_key(event.number, "leaving"),
+        self.client.delete([roster_key(event.number, "moved"), roster_key(event.number, "leaving"),
                             outcome_key(event.number)])
 
     def leaving(self, event: EventMeta, timeout_seconds: float, poll_seconds: float = 0.1) -> None:
         """Say this rank exits; the store's host (rank 0) waits for the others first, so their
         last store calls do not hit a closed server."""
-        count = self.client.add(counter_key(event.number, "leaving"), 1)
+        self.join_roster(event, "leaving")
         if self.rank != 0:
             return
         deadline = self._clock() + timeout_seconds
-        while count < self.world_size and self._clock() < deadline:
+        while len(self.roster(event, "leaving")) < self.world_size and self._clock() < deadline:
             self._sleep(poll_seconds)
-            count = self.client.add(counter_key(event.number, "leaving"), 0)
 
     # ------------------------------------------------------------------ processes that are gone
     def register_process(self, me: ProcessInfo | None) -> None:
@@ -411,7 +410,7 @@ class EventCoordinator:
         gone = sorted(self.gone_ranks(event))
         if not gone:
             return 0
-        announced = set(parse_rank_lines(self.client.read(roster_key(event.number)), self.world_size)[0])
+        announced = set(self.roster(event, "dumped"))
         return sum(1 for r in gone if r not in announced)
 
     def launcher_parent(self) -> ProcessInfo | None:

@@ -106,7 +106,7 @@ class Doorbell:
         try:
             self._stop_client.set(self._key, self._stop_token)
         except Exception:  # noqa: BLE001 - the store's host went first: the wait fails on its own
-            log.debug("[rank %d] ringing our own bell to stop failed", self.rank, exc_info=True)
+            log.debug("[rank %d] ringing this rank's own bell to stop failed", self.rank, exc_info=True)
         self._thread.join(STOP_JOIN_SECONDS)
         if self._thread.is_alive():
             log.warning("[rank %d] the event listener did not stop within %.0f s; left behind (daemon)",

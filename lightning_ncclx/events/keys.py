@@ -34,14 +34,15 @@ def blob_key(number: int, rank: int, chunk: int | None = None) -> str:
     return base if chunk is None else f"{base}/{chunk}"
 
 
-def counter_key(number: int, name: str) -> str:
-    """``dumped``, ``moved`` or ``leaving``: counters every rank adds to."""
+ROSTERS = ("dumped", "moved", "leaving")
+
+
+def roster_key(number: int, name: str = "dumped") -> str:
+    """Lines of rank numbers each rank appends itself to: ``dumped`` once its announcement is
+    set, ``moved`` once its heartbeat moved past the event, ``leaving`` on its way out. Appends,
+    not counters: ``add`` on a value another client planted fails and costs the connection, and a
+    list says who, so a planted line counts once and only for a rank of the job."""
     return event_key(number, name)
-
-
-def roster_key(number: int) -> str:
-    """Lines of rank numbers, appended by each rank once its announcement is set."""
-    return event_key(number, "roster")
 
 
 def want_key(number: int) -> str:

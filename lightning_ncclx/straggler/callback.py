@@ -81,8 +81,7 @@ class StragglerDetector(Callback):
     def _start(self, trainer: Any, pl_module: Any) -> None:
         import torch.distributed as dist
 
-        from torch.distributed.distributed_c10d import _get_default_store
-
+        from lightning_ncclx.backend.torch_api import default_store
         from lightning_ncclx.dump.writer import host_name
         from lightning_ncclx.events.connection import shared_client
 
@@ -96,7 +95,7 @@ class StragglerDetector(Callback):
         cuda = self.config.cuda_events and getattr(getattr(pl_module, "device", None), "type", "cpu") == "cuda"
         self._recorder = StepRecorder(use_cuda_events=cuda)
         self._batches = 0
-        store = shared_client(_get_default_store(), op_timeout_seconds=self.config.poll_interval_seconds)
+        store = shared_client(default_store(), op_timeout_seconds=self.config.poll_interval_seconds)
         runtime = StragglerRuntime(self.config, rank=rank, world_size=world, store=store, host=host_name(),
                                    fit=fit, dump_dir=dump_dir)
         runtime.start()

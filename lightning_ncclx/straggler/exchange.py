@@ -39,8 +39,12 @@ def publish(store: Any, fit: int, summary: IntervalSummary) -> None:
 
 
 def arrived(store: Any, fit: int, interval: int) -> int:
-    """How many ranks have published ``interval`` (0 when none has)."""
-    return int(store.add(f"{_base(fit, interval)}/n", 0))
+    """How many ranks have published ``interval`` (0 when none has, or the counter holds what
+    ``add`` never writes). Read, not ``add``: an ``add`` on a planted value costs the connection."""
+    raw = store.read(f"{_base(fit, interval)}/n")
+    if not raw or len(raw) > 12 or not raw.strip().lstrip(b"-").isdigit():
+        return 0
+    return max(0, int(raw))
 
 
 def collect(store: Any, fit: int, interval: int, world_size: int) -> list[IntervalSummary]:

@@ -7,7 +7,7 @@ loggers; the initiator then gathers and summarizes. Evidence is written as early
 
 Following (:meth:`EventParticipation.follow`, at every watchdog tick while an event is open):
 
-- every rank adds 1 to ``moved`` once its heartbeat moves past the one the event was about;
+- every rank joins the ``moved`` roster once its heartbeat moves past the one the event was about;
 - a wanted rank (two-phase gather) sends its full dump when its bell rings;
 - the initiator declares the event **recovered** when every rank that dumped has moved on: the
   summary, ``collection.json``, the log and the bells say so, the event no longer counts against
@@ -260,7 +260,7 @@ class EventParticipation:
         beat = rt.heartbeat.last
         if (opened.may_recover and not opened.moved_reported and beat.seq != opened.beat_seq
                 and beat.phase is not Phase.idle):
-            rt.coordinator.report_moved(opened.event)
+            rt.coordinator.join_roster(opened.event, "moved")
             opened.moved_reported = True
         if opened.initiator:
             self._decide(opened)
@@ -276,10 +276,12 @@ class EventParticipation:
         if opened.exit_order is None:
             outcome = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
             if outcome is not None and outcome.recovered:
-                if opened.may_recover:
+                if opened.may_recover and opened.moved_reported:
                     self._recovered(opened, outcome.lasted_seconds)
                     return
-                rt.coordinator.refuse(f"{opened.event.name}: a recovery of a {opened.event.reason} event")
+                rt.coordinator.refuse(f"{opened.event.name}: said to have recovered, but this rank has not moved on"
+                                      if opened.may_recover else f"{opened.event.name}: a recovery of a "
+                                      f"{opened.event.reason} event")
                 outcome = None
             opened.exit_order = outcome
         self._maybe_exit(opened)
@@ -302,8 +304,8 @@ class EventParticipation:
         if not opened.pending:
             self.open.pop(opened.event.number, None)
             return
-        if (opened.may_recover and opened.expected_movers
-                and rt.coordinator.moved_count(opened.event) >= opened.expected_movers):
+        if (opened.may_recover and opened.moved_reported and opened.expected_movers
+                and len(rt.coordinator.roster(opened.event, "moved")) >= opened.expected_movers):
             lasted = max(0.0, rt.clock() - opened.beat_time)
             try:
                 rt.coordinator.set_outcome(opened.event, Outcome(recovered=True, lasted_seconds=lasted))

@@ -55,9 +55,9 @@ def _job_identity() -> tuple[int, int, Any]:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        from torch.distributed.distributed_c10d import _get_default_store
+        from lightning_ncclx.backend.torch_api import default_store
 
-        return dist.get_rank(), dist.get_world_size(), _get_default_store()
+        return dist.get_rank(), dist.get_world_size(), default_store()
     return 0, 1, dist.HashStore()
 
 
@@ -406,7 +406,7 @@ class WatchdogRuntime:
         return result
 
     def leave(self, event: EventMeta) -> None:
-        """Leave in an order every launcher reports as our exit status, not as a kill: the store's
+        """Leave in an order every launcher reports as the watchdog's exit status, not as a kill: the store's
         host (rank 0) waits for every rank to say it leaves; a rank started by another rank's
         process (Lightning's popen launcher) waits until that parent has exited, because the
         parent SIGKILLs itself and every other rank as soon as it sees a child exit."""

@@ -14,7 +14,7 @@ What was there before is what is there after, and keeps working meanwhile:
   is not a dump trigger in this process (the trigger file still is);
 - a handler installed after the watchdog's, in Python or in C, stays when the watchdog stops;
 - the wakeup fd is taken only when none is set (an asyncio loop's stays), and given back only
-  while it is still ours (see :mod:`process_signals`).
+  while it is still the watchdog's (see :mod:`process_signals`).
 
 The file trigger: ``touch <dump_dir>/DUMP_NOW`` on any host; the rank that renames it away first
 starts the event (one rename per check, only by each host's local rank 0).
@@ -50,7 +50,7 @@ class SignalWakeup:
         self._previous: Any = None
         self._kernel_before: KernelAction | None = None
         self._python_handler_address: int | None = None
-        """The kernel's handler once ours is installed: Python's C function, the same for every signal."""
+        """The kernel's handler once the watchdog's is installed: Python's C function, the same for every signal."""
         self._read_fd: int | None = None
         self._write_fd: int | None = None
         self._owns_wakeup_fd = False
@@ -109,7 +109,7 @@ class SignalWakeup:
                     self.signal_name, self.signal_name)
 
     def uninstall(self) -> None:
-        """Give back the handler and the wakeup fd, each only while it is still ours (main thread)."""
+        """Give back the handler and the wakeup fd, each only while it is still the watchdog's (main thread)."""
         if threading.current_thread() is threading.main_thread():
             if self._owns_wakeup_fd and self._write_fd is not None:
                 try:

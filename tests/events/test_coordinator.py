@@ -64,9 +64,12 @@ def test_a_rank_that_saw_the_event_proposes_the_next_one() -> None:
 
 def test_a_new_watchdog_on_the_same_store_starts_after_the_earlier_events() -> None:
     first_run = coordinators(2)
-    first_run[0].propose("on_demand")
+    first = first_run[0].propose("on_demand")
     assert first_run[1].poll() is not None
-    assert first_run[1].propose("stall").number == 2
+    second = first_run[1].propose("stall")
+    assert second.number == 2
+    first_run[0].close(first, {}, [])  # summarized: the initiators mark their events closed
+    first_run[1].close(second, {}, [])
     store = first_run[0].client
     later = EventCoordinator(store, 1, 2)  # trainer.validate after fit: same store, new watchdog
     assert later.skip_past_events() == 2

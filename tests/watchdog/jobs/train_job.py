@@ -284,11 +284,10 @@ def main() -> int:
 
 
 def report_store_keys(world: int) -> None:
-    from torch.distributed.distributed_c10d import _get_default_store
-
+    from lightning_ncclx.backend.torch_api import default_store
     from lightning_ncclx.events.connection import StoreAddress
 
-    store = StoreAddress.of(_get_default_store()).connect()
+    store = StoreAddress.of(default_store()).connect()
     names = ["ev/1/dumped", "ev/1/gone", "ev/1/roster", "ev/1/want", "ev/1/outcome", "ev/1/moved", "ev/1/leaving"]
     names += [f"ev/1/{kind}/{r}" for r in range(world) for kind in ("rank", "blob", "blob/0")]
     left = [name for name in names if store.check([name])]

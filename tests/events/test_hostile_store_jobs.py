@@ -44,8 +44,6 @@ def _every_watchdog_started(hostile: HostileStore):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=True, raises=WroteOutsideDumpDir,
-                   reason="issue 26 item 1: an event's name from the store becomes a folder unchecked")
 def test_a_planted_event_named_with_dot_dot_writes_nothing_outside_dump_dir(tmp_path: Path) -> None:
     sandbox = Sandbox.create(tmp_path)
     before = sandbox.snapshot()
