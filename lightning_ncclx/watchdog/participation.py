@@ -368,6 +368,8 @@ class EventParticipation:
             log.error("[rank %d] %s: the summarizing rank never said how the event ended; this rank is stuck for "
                       "%.1f s: leaving with %d", rt.rank, opened.event.name, stuck_for, code)
         else:
+            latest = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
+            order = latest if latest is not None and latest.exit else order  # the initiator's last word
             code = int(order.code if order.code is not None else rt.config.exit_code)
             rt.report_kind(opened.event, order.kind, order.advice)
         del self.open[opened.event.number]

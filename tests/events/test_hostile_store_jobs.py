@@ -8,12 +8,16 @@ a subfolder of a sandbox that also holds its HOME, and checks the sandbox afterw
 from __future__ import annotations
 
 import json
+import random
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from hostile_checks import Sandbox
+from hostile_checks import Sandbox, peak_rss_wrapped, read_peak_rss
+from hostile_payloads import gzip_bomb, json_with, random_values
 from hostile_store import HostileStore
 from support import clean_env, free_port, kill_session, start_job
 
@@ -63,3 +67,88 @@ def test_a_planted_event_named_with_dot_dot_writes_nothing_outside_dump_dir(tmp_
     outside = sandbox.written_outside(before)
     if outside:
         raise WroteOutsideDumpDir(f"written outside {sandbox.dump_dir}: {outside[:20]}")
+
+
+def _plant_during_the_event(hostile: HostileStore, world: int, seed: int, stop: "threading.Event") -> list[str]:
+    """From the moment ``ev/1/meta`` appears until ``stop``: crafted and random values under
+    every key of the protocol the honest ranks do not own (their announcements and dumps are
+    theirs), keys deleted under them, bells rung. Returns what was planted (for the failure text)."""
+    rng = random.Random(seed)
+    planted: list[str] = []
+    plain = {"name": "stall-009", "reason": "stall", "initiator": 0}
+    crafted = {
+        "ev/1/want": ["[0, 1e999]", '"all"', "[" + ",".join(["0"] * 50) + "]", "[-1]"],
+        "ev/1/outcome": ['{"exit": true, "code": 0}', '{"exit": true, "code": 137}', "[]", "{",
+                         '{"recovered": true, "lasted_seconds": NaN}'],
+        "ev/1/gone": ["99\n-1\nabc\n", "1e999\n"],
+        "ev/1/moved": ["x\n../1\n" + "7" * 30 + "\n"],
+        f"ev/1/rank/{world + 3}": ['{"rank": 99, "host": "..", "files": ["../../x"], "folder": "/"}'],
+        f"ev/1/blob/{world + 3}": ['{"chunks": 1000000, "bytes": 1099511627776}'],
+        "ev/2/meta": [json_with(plain, "name", '"../../escaped"'), json_with(plain, "initiator", "1e999"), "[]"],
+        "ev/3/meta": [json.dumps({**plain, "name": "/tmp/abs-escape"}), json_with(plain, "opened", "NaN")],
+        "straggler/0/0/1": ['{"r": 1, "i": 0, "h": "..", "n": 1e999, "p": {"forward": NaN}}', "[]"],
+        "cs/rank/1": ['{"rank": 1, "beat": 1e999, "step": 1, "blocked": [], "waited": NaN}', "[[[]]]"],
+    }
+    deadline = time.monotonic() + JOB_SECONDS
+    while not stop.is_set() and not hostile.exists("ev/1/meta") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rounds = 0
+    while not stop.is_set() and rounds < 40:
+        rounds += 1
+        key = rng.choice(sorted(crafted))
+        value = rng.choice(crafted[key]) if rng.random() < 0.7 else next(random_values(rng, 1, max_bytes=2048))
+        if hostile.try_set(key, value):
+            planted.append(f"{key} = {value[:60]!r}")
+        if rng.random() < 0.2:
+            hostile.delete(f"cs/rank/{rng.randrange(world)}")
+        if rng.random() < 0.2:
+            for rank in range(world):
+                hostile.try_set(f"bell/{rank}", "planted")
+        if rounds == 5:
+            hostile.try_set("ev/1/blob/99/0", gzip_bomb(256 << 20))
+            hostile.try_set("ev/4/meta", "x" * (9 * 1024 * 1024))  # over the store's limit: refused
+        time.sleep(0.05)
+    return planted
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("world,fault_rank", [(2, 1), (3, 2)])
+def test_a_hostile_client_during_a_real_event_changes_nothing_the_honest_ranks_decide(
+        tmp_path: Path, world: int, fault_rank: int) -> None:
+    """A real stall (rank ``fault_rank`` stuck in ``training_step``) with ``dump_and_exit`` while a
+    store client plants crafted and random values under the plugin's keys: nothing is written
+    outside the dump folder, no rank raises or hangs or grows past 2 GiB, the summary names the
+    stuck rank and every rank leaves with the kind's status (75)."""
+    sandbox = Sandbox.create(tmp_path)
+    before = sandbox.snapshot()
+    port = free_port()
+    env = clean_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", **sandbox.env()})
+    report = tmp_path / "peak.json"
+    argv = peak_rss_wrapped([sys.executable, str(JOB), "--dump-dir", str(sandbox.dump_dir), "--devices", str(world),
+                             "--strategy", "ddp_ncclx", "--fault", "stuck_train", "--fault-rank", str(fault_rank)],
+                            report)
+    proc = start_job(argv, env=env, cwd=tmp_path, log=tmp_path / "job.log")
+    stop = threading.Event()
+    planted: list[str] = []
+    try:
+        with HostileStore("127.0.0.1", port, timeout_seconds=60) as hostile:
+            worker = threading.Thread(target=lambda: planted.extend(_plant_during_the_event(hostile, world, 26, stop)))
+            worker.start()
+            try:
+                code = proc.wait(timeout=JOB_SECONDS)
+            finally:
+                stop.set()
+                worker.join(30)
+    finally:
+        kill_session(proc)
+        proc.wait()
+    log = (tmp_path / "job.log").read_text(errors="replace")
+    detail = f"planted: {planted[:12]}\n{log[-5000:]}"
+    assert code == 75, detail
+    assert "Traceback" not in log, detail
+    assert sandbox.written_outside(before, allowed=[sandbox.home / ".cache"]) == [], detail
+    assert read_peak_rss(report) < 2 << 30, detail
+    stalls = sorted(p for p in sandbox.dump_dir.iterdir() if p.name.startswith("stall-"))
+    assert [p.name for p in stalls] == ["stall-001"], detail
+    summary = json.loads((stalls[0] / "summary.json").read_text())
+    assert summary["culprit_ranks"] == [fault_rank], detail
