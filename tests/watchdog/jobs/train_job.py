@@ -5,7 +5,8 @@ Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
     python train_job.py --fault stuck_train --fault-rank 1 --at-batch 2 --dump-dir /tmp/d
 
 Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
-(skips an all_reduce on a sub-group), ``other_collective`` (all_gather where the others
+(skips an all_reduce on a sub-group), ``skip_world_collective`` (skips an all_reduce on the default
+group, which DDP's gradient all_reduce then meets), ``other_collective`` (all_gather where the others
 all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
@@ -124,6 +125,9 @@ class Model(LightningModule):
         super().__init__()
         self.args = args
         self.layer = torch.nn.Linear(4, 1)
+        # a gradient bucket far larger than the 3-float all_reduce it meets when a rank skips that
+        # all_reduce: gloo then aborts the rank that receives the bigger message (no dump there)
+        self.wide = torch.nn.Linear(32, 32) if args.fault == "skip_world_collective" else None
         self.sub = None
         self.noise = random.Random(1000 + int(os.environ.get("LOCAL_RANK", "0")))
 
@@ -164,7 +168,10 @@ class Model(LightningModule):
         if faulty and a.fault == "raise":
             raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
         t = torch.ones(3)
-        if self.sub is not None:
+        if a.fault == "skip_world_collective" and dist.is_initialized():
+            if not faulty:  # the faulty rank goes on into backward's bucket all_reduce on the same group
+                dist.all_reduce(t)
+        elif self.sub is not None:
             if faulty and a.fault == "skip_collective":
                 pass
             elif faulty and a.fault == "other_collective":
@@ -172,7 +179,8 @@ class Model(LightningModule):
                 dist.all_gather(out, t, group=self.sub)
             else:
                 dist.all_reduce(t, group=self.sub)
-        return self.layer(batch).sum()
+        loss = self.layer(batch).sum()
+        return loss if self.wide is None else loss + 0.0 * self.wide(torch.ones(32)).sum()
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.args.fault == "busy_rank0_hook" and batch_idx == self.args.at_batch and self.sub is not None:
