@@ -21,7 +21,9 @@ Healthy jobs for the consensus detector (no alarm expected; steps of ``--step-sl
 ``uneven_loader`` (every rank's batches take a random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
 the fault rank spends 3 s in a validation batch while the others wait in its all_reduce),
 ``slow_checkpoint_rank0`` (a checkpoint after ``--at-batch`` where rank 0 spends 4 s building it
-while the others wait in the checkpoint's barrier), ``busy_rank0_hook`` (after batch ``--at-batch``
+while the others wait in the checkpoint's barrier), ``slow_epoch_end_hooks`` (at every epoch end one rank spends ``--hook-seconds`` in a hook while the others wait in a
+barrier there: a user callback's ``on_train_epoch_end`` (rank 0 sleeps), the module's (rank 1 computes), a user
+``Checkpoint`` callback's ``on_validation_end`` (rank 2 sleeps), the module's (rank 0 sleeps)), ``busy_rank0_hook`` (after batch ``--at-batch``
 rank 0 computes for 4 s in ``on_train_batch_end`` while the others wait in a barrier), ``soak`` (all of these but the slow rank at
 once: uneven loaders, a slow validation batch with a sync and a slow checkpoint every epoch).
 """
@@ -43,7 +45,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, DataLoader
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_ncclx.config import AutoThresholdConfig, ConsensusConfig, StallAction, WatchdogConfig
@@ -78,6 +80,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--poll-interval", type=float, default=0.2, help="the watchdog's poll_interval_seconds")
     p.add_argument("--prefill", type=int, default=0,
                    help="collectives each rank runs in setup, to fill the flight recorder (bench: 20000)")
+    p.add_argument("--validation-seconds", type=float, default=10.0)
+    p.add_argument("--hook-seconds", type=float, default=4.0, help="slow_epoch_end_hooks: seconds in each hook")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute' in every training step")
     p.add_argument("--consensus-warmup", type=int, default=ConsensusConfig().warmup_steps)
     p.add_argument("--consensus-min-wait", type=float, default=ConsensusConfig().min_wait_seconds)
@@ -118,6 +122,40 @@ class Data(Dataset):
         if a.fault in ("uneven_loader", "soak", "slow_rank"):
             time.sleep(self.rng.uniform(0.0, a.step_sleep))
         return torch.randn(4)
+
+
+def hold(how: str, seconds: float) -> None:
+    """Rank-local work in a hook: ``sleep`` (an upload waiting on the network) or ``compute``."""
+    if how == "sleep":
+        time.sleep(seconds)
+        return
+    deadline, total = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        total += sum(i * i for i in range(1000))
+
+
+def slow_hook(module: "Model", holder: int, how: str) -> None:
+    """``--hook-seconds`` of work on rank ``holder`` while the others wait for it in a barrier."""
+    if module.sub is None or module.trainer.sanity_checking:
+        return
+    if rank() == holder:
+        hold(how, module.args.hook_seconds)
+    dist.barrier(group=module.sub)
+
+
+class SlowEpochEnd(Callback):
+    """A user's epoch-end callback (listed before the watchdog): rank 0 uploads, the others wait."""
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        slow_hook(pl_module, 0, "sleep")
+
+
+class SlowCheckpointHook(Checkpoint):
+    """A user's checkpoint callback (Lightning moves it after every other callback): rank 2 sleeps
+    in its on_validation_end."""
+
+    def on_validation_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        slow_hook(pl_module, 2 % pl_module.trainer.world_size, "sleep")
 
 
 class Model(LightningModule):
@@ -191,10 +229,16 @@ class Model(LightningModule):
             dist.barrier(group=self.sub)  # the others wait here meanwhile
 
     def on_train_epoch_end(self) -> None:
+        if self.args.fault == "slow_epoch_end_hooks":
+            slow_hook(self, 1, "compute")
         if self.args.fault == "stuck_epoch_end" and self.sub is not None:
             if rank() == self.args.fault_rank:
                 time.sleep(FOREVER)  # the others wait in the epoch-end all_reduce below
             dist.all_reduce(torch.ones(1), group=self.sub)
+
+    def on_validation_end(self) -> None:
+        if self.args.fault == "slow_epoch_end_hooks":
+            slow_hook(self, 0, "sleep")
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         if self.args.then_validate and self.trainer.state.fn == "validate":
@@ -234,7 +278,7 @@ def main() -> int:
         step = args.slow_rank_threshold or 30.0
     cfg = WatchdogConfig(
         poll_interval_seconds=args.poll_interval, first_step_seconds=max(10.0, step) + 0.01 * args.prefill, train_step_seconds=step,
-        validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
+        validation_seconds=args.validation_seconds, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
         two_phase_gather_above_ranks=0 if args.two_phase else WatchdogConfig().two_phase_gather_above_ranks,
         auto=AutoThresholdConfig(enabled=not args.no_auto, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
@@ -244,7 +288,7 @@ def main() -> int:
     if args.watchdog_defaults:
         cfg = WatchdogConfig(on_stall=StallAction(args.on_stall), consensus=ConsensusConfig(enabled=not args.no_consensus))
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
-    callbacks = []
+    callbacks: list = [SlowEpochEnd(), SlowCheckpointHook()] if args.fault == "slow_epoch_end_hooks" else []
     if args.strategy in ("ddp_ncclx", "fsdp_ncclx"):
         import lightning_ncclx  # noqa: F401 - registers the strategy names
         from lightning_ncclx.config import FlightRecorderConfig, NcclxConfig, TimeoutConfig
@@ -259,7 +303,7 @@ def main() -> int:
         from lightning_ncclx.watchdog import StallWatchdog
 
         strategy = args.strategy
-        callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))
+        callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))  # after the user's callbacks, as they are usually listed
     if args.fault == "healthy_slow":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
     if args.fault == "soak":
@@ -278,7 +322,7 @@ def main() -> int:
         val_check_interval=args.at_batch + 2 if args.fault == "slow_val_sync" else None,
         callbacks=callbacks, enable_progress_bar=False,
         logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
-        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak"), default_root_dir=args.root_dir or args.dump_dir,
+        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak", "slow_epoch_end_hooks"), default_root_dir=args.root_dir or args.dump_dir,
     )
     loader = DataLoader(Data(args, max(64, args.epoch_size)), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)
