@@ -18,7 +18,7 @@ from lightning_ncclx.analysis.kind import classify
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
 from lightning_ncclx.analysis.order import extra_or_skipped, own_order
-from lightning_ncclx.analysis.p2p import p2p_findings
+from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
 
@@ -194,7 +194,8 @@ def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozen
 
 def analyze(loaded: LoadedFolder) -> Summary:
     """Diagnose ``loaded`` (see :func:`lightning_ncclx.analysis.analyze_folder`)."""
-    traces, contexts = loaded.traces, loaded.contexts
+    contexts = loaded.contexts
+    traces = with_context_p2p(loaded.traces, contexts)  # gloo's sends/recvs, which its recorder omits
     groups = resolve_groups(traces, contexts)
     by_lib: dict[str, dict[int, RankTrace]] = {}
     for t in traces:

@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.location import resolve_dump_dir
+from lightning_ncclx.dump.p2p_ops import TRACKER as P2P_TRACKER
 from lightning_ncclx.dump.writer import cuda_index
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 from lightning_ncclx.watchdog.loop_phases import LoopPhases
@@ -88,13 +89,21 @@ class StallWatchdog(Callback):
             self._runtime = runtime
             self._loop_phases = LoopPhases(self._heartbeat)
             self._loop_phases.attach(trainer)
+            P2P_TRACKER.attach()  # the groups made later (configure_model, a module's setup): at batch starts
         except Exception:  # noqa: BLE001 - a watchdog that cannot start must not stop training
             log.warning("the stall watchdog could not start; training continues without it", exc_info=True)
 
     def _heartbeat(self) -> Heartbeat | None:
         return self._runtime.heartbeat if self._runtime is not None else None
 
-    def _stop(self) -> None:
+    def _stop(self, *, unhook: bool = True) -> None:
+        """``unhook``: remove the p2p hooks from the process groups (the main thread between
+        steps); after an exception another thread may still be inside an op: they only go quiet."""
+        if self._runtime is not None:
+            if unhook:
+                P2P_TRACKER.detach()
+            else:
+                P2P_TRACKER.active = False
         loop_phases, self._loop_phases = self._loop_phases, None
         if loop_phases is not None:
             loop_phases.detach()
@@ -119,7 +128,7 @@ class StallWatchdog(Callback):
         if runtime is not None:
             runtime.heartbeat.beat(Phase.idle)
             runtime.on_exception(exception)
-        self._stop()
+        self._stop(unhook=False)
         if runtime is None:
             self._exit_like_the_ranks(exception)
 
@@ -149,6 +158,8 @@ class StallWatchdog(Callback):
             self._runtime.heartbeat.sanity_check(False)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._runtime is not None:
+            P2P_TRACKER.attach()
         self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -159,6 +170,7 @@ class StallWatchdog(Callback):
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._runtime is not None:
             self._runtime.heartbeat.train_batch_start(_global_step(trainer))
+            P2P_TRACKER.attach()  # a length check unless a process group was made since
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         runtime = self._runtime

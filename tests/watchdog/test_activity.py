@@ -32,6 +32,14 @@ def test_compiling_gets_the_first_step_allowance() -> None:
     assert _frame_running_in("/venv/site-packages/torch/_inductor/compile_fx.py") is Phase.first_step
 
 
+def test_running_compiled_code_or_a_dynamo_disabled_hook_is_not_compiling() -> None:
+    """FSDP2 runs its pre-forward hook (and the all-gather a hung rank waits in) under
+    ``torch._dynamo.disable``, whose wrapper lives in eval_frame.py."""
+    assert _frame_running_in("/venv/site-packages/torch/_dynamo/eval_frame.py") is None
+    assert _frame_running_in("/venv/site-packages/torch/_functorch/_aot_autograd/runtime_wrappers.py") is None
+    assert _frame_running_in("/venv/site-packages/torch/_inductor/output_code.py") is None
+
+
 def test_saving_gets_the_checkpoint_allowance() -> None:
     assert _frame_running_in("/venv/site-packages/torch/distributed/checkpoint/state_dict_saver.py") is Phase.checkpoint
     assert _frame_running_in("/venv/site-packages/torch/serialization.py") is Phase.checkpoint

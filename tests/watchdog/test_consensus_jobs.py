@@ -33,17 +33,26 @@ def _detection(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("fault", "culprit", "kind", "exit_code"),
+    ("fault", "culprit", "kind", "exit_code", "extra"),
     [
-        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE),
-        ("stuck_loader", 2, "stuck_outside_collective", STALL_EXIT_CODE),
-        ("skip_collective", 2, "program_divergence", PROGRAM_ERROR_EXIT_CODE),
-        ("other_collective", 1, "argument_mismatch", PROGRAM_ERROR_EXIT_CODE),
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE, ()),
+        ("stuck_loader", 2, "stuck_outside_collective", STALL_EXIT_CODE, ()),
+        ("skip_collective", 2, "program_divergence", PROGRAM_ERROR_EXIT_CODE, ()),
+        ("other_collective", 1, "argument_mismatch", PROGRAM_ERROR_EXIT_CODE, ()),
+        # the others wait in FSDP's own all-gathers (FSDP2's run under torch._dynamo.disable)
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE,
+         ("--strategy", "fsdp2_ncclx", "--no-step-collective")),
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE,
+         ("--strategy", "fsdp_ncclx", "--no-step-collective")),
+        # a send/recv pipeline: rank 1 never sends; rank 2 waits in recv from it, rank 0 in a collective
+        ("stuck_pipeline", 1, "stuck_outside_collective", STALL_EXIT_CODE, ()),
     ],
+    ids=["stuck_train", "stuck_loader", "skip_collective", "other_collective", "fsdp2_stuck_train",
+         "fsdp_stuck_train", "stuck_pipeline"],
 )
 def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
-        tmp_path: Path, fault: str, culprit: int, kind: str, exit_code: int) -> None:
-    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", str(culprit))
+        tmp_path: Path, fault: str, culprit: int, kind: str, exit_code: int, extra: tuple[str, ...]) -> None:
+    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", str(culprit), *extra)
     assert result.returncode == exit_code, result.log[-4000:]
     events = result.events()
     assert [e.name for e in events] == ["stall-001"], result.log[-4000:]
@@ -56,6 +65,9 @@ def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
     if fault.startswith("stuck_"):  # the culprit was busy elsewhere while the others waited for it
         assert detection["busy_ranks"] == [culprit]
         assert sorted(detection["blocked_ranks"]) == sorted(set(range(WORLD)) - {culprit})
+    if fault == "stuck_pipeline":
+        assert "rank(s) 2 blocked in recv from rank 1" in detection["picture"]
+        assert summary["findings"][0]["waiting_ranks"] == [2] and summary["op"] == "recv"  # what rank 2 is in
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``
 group, which DDP's gradient all_reduce then meets), ``other_collective`` (all_gather where the others
 all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
-``raise`` (RuntimeError in training_step), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
+``raise`` (RuntimeError in training_step), ``stuck_pipeline`` (every step each rank receives from the rank before
+and sends to the next on a gloo group; the fault rank gets stuck before its send), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
 itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
@@ -80,6 +81,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--poll-interval", type=float, default=0.2, help="the watchdog's poll_interval_seconds")
     p.add_argument("--prefill", type=int, default=0,
                    help="collectives each rank runs in setup, to fill the flight recorder (bench: 20000)")
+    p.add_argument("--no-step-collective", action="store_true",
+                   help="no all_reduce of the job's own in training_step: the ranks wait in the strategy's collectives")
     p.add_argument("--validation-seconds", type=float, default=10.0)
     p.add_argument("--hook-seconds", type=float, default=4.0, help="slow_epoch_end_hooks: seconds in each hook")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute' in every training step")
@@ -162,14 +165,26 @@ class Model(LightningModule):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__()
         self.args = args
-        self.layer = torch.nn.Linear(4, 1)
+        sharded = args.strategy.startswith("fsdp")  # a small net sharded per layer
+        self.layer = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)) if sharded else torch.nn.Linear(4, 1)
         # a gradient bucket far larger than the 3-float all_reduce it meets when a rank skips that
         # all_reduce: gloo then aborts the rank that receives the bigger message (no dump there)
         self.wide = torch.nn.Linear(32, 32) if args.fault == "skip_world_collective" else None
-        self.sub = None
+        self.sub = self.pipe = None
         self.noise = random.Random(1000 + int(os.environ.get("LOCAL_RANK", "0")))
 
+    def configure_model(self) -> None:
+        if self.args.strategy == "fsdp2_ncclx" and not isinstance(self.layer[0].weight, torch.distributed.tensor.DTensor):
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = self.device_mesh["data_parallel"]
+            for layer in self.layer:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(self.layer, mesh=mesh)
+
     def setup(self, stage: str) -> None:
+        if dist.is_initialized() and self.args.fault == "stuck_pipeline":
+            self.pipe = dist.new_group(backend="gloo")  # made in setup, after the watchdog started
         if dist.is_initialized():
             self.sub = dist.new_group(backend="gloo")  # faults hit this group: a clean hang under gloo
             for start in range(0, self.args.prefill, 500):  # asynchronous in batches: no Python round trip each
@@ -190,6 +205,8 @@ class Model(LightningModule):
             open(a.marker, "w").close()
         if faulty and a.fault == "stuck_train":
             time.sleep(FOREVER)
+        if a.fault == "stuck_pipeline" and self.pipe is not None:
+            self.pipeline_stage(faulty)
         if faulty and a.fault == "signal_then_stuck":  # an on-demand dump, then a real stall in the same step
             os.kill(os.getpid(), signal.SIGUSR2)
             time.sleep(FOREVER)
@@ -206,7 +223,9 @@ class Model(LightningModule):
         if faulty and a.fault == "raise":
             raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
         t = torch.ones(3)
-        if a.fault == "skip_world_collective" and dist.is_initialized():
+        if a.no_step_collective:
+            pass  # only the strategy's own collectives (DDP's buckets, FSDP's all-gathers and reduce-scatters)
+        elif a.fault == "skip_world_collective" and dist.is_initialized():
             if not faulty:  # the faulty rank goes on into backward's bucket all_reduce on the same group
                 dist.all_reduce(t)
         elif self.sub is not None:
@@ -219,6 +238,20 @@ class Model(LightningModule):
                 dist.all_reduce(t, group=self.sub)
         loss = self.layer(batch).sum()
         return loss if self.wide is None else loss + 0.0 * self.wide(torch.ones(32)).sum()
+
+    def pipeline_stage(self, faulty: bool) -> None:
+        """Stage r receives its activation from stage r-1 and sends its own on to r+1 (``recv`` on odd
+        ranks, ``irecv().wait()`` on even ones); the faulty stage gets stuck before it sends."""
+        r, world, act = rank(), dist.get_world_size(), torch.ones(4)
+        if r > 0:
+            if r % 2:
+                dist.recv(act, r - 1, group=self.pipe)
+            else:
+                dist.irecv(act, r - 1, group=self.pipe).wait()
+        if faulty:
+            time.sleep(FOREVER)
+        if r < world - 1:
+            dist.send(act, r + 1, group=self.pipe)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.args.fault == "busy_rank0_hook" and batch_idx == self.args.at_batch and self.sub is not None:
@@ -289,16 +322,19 @@ def main() -> int:
         cfg = WatchdogConfig(on_stall=StallAction(args.on_stall), consensus=ConsensusConfig(enabled=not args.no_consensus))
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
     callbacks: list = [SlowEpochEnd(), SlowCheckpointHook()] if args.fault == "slow_epoch_end_hooks" else []
-    if args.strategy in ("ddp_ncclx", "fsdp_ncclx"):
+    if args.strategy in ("ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx"):
         import lightning_ncclx  # noqa: F401 - registers the strategy names
         from lightning_ncclx.config import FlightRecorderConfig, NcclxConfig, TimeoutConfig
-        from lightning_ncclx.strategies import DDPNcclxStrategy, FSDPNcclxStrategy
+        from lightning_ncclx.strategies import DDPNcclxStrategy, FSDP2NcclxStrategy, FSDPNcclxStrategy
 
-        strategy_class = DDPNcclxStrategy if args.strategy == "ddp_ncclx" else FSDPNcclxStrategy
-        strategy = strategy_class(ncclx=NcclxConfig(
+        ncclx = NcclxConfig(
             backend="gloo", watchdog=cfg, flight_recorder=FlightRecorderConfig(dump_dir=dump_dir),
             timeouts=TimeoutConfig() if args.watchdog_defaults
-            else TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0)))
+            else TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0))
+        if args.strategy == "fsdp_ncclx":  # one FSDP unit per layer: an all-gather per layer and step
+            strategy = FSDPNcclxStrategy(auto_wrap_policy={torch.nn.Linear}, ncclx=ncclx)
+        else:
+            strategy = (DDPNcclxStrategy if args.strategy == "ddp_ncclx" else FSDP2NcclxStrategy)(ncclx=ncclx)
     else:
         from lightning_ncclx.watchdog import StallWatchdog
 
