@@ -80,6 +80,11 @@ def blocked_from_status(file_tag: str, pg_status: Any, active_entries: list[Any]
             if enqueued > completed:
                 out.append(BlockedIn(file_tag, str(pg_id), completed + 1))
             continue
+        if file_tag == "gloo" and completed is not None and enqueued > 0:
+            # gloo's counter is exact and op ids start at 1: -1 is "none completed yet" (a new
+            # group, e.g. a device mesh's, waiting in its first op)
+            out.append(BlockedIn(file_tag, str(pg_id), 1))
+            continue
         ops = [_as_int(e.get("op_id")) for e in active_entries or []
                if isinstance(e, dict) and str(e.get("pg_id")) == str(pg_id) and e.get("state") != "completed"]
         ops = [op for op in ops if op is not None]

@@ -151,3 +151,43 @@ def test_gloo_sends_and_recvs_in_flight_are_seen_through_the_process_group_hooks
     assert found[1]["context"][0]["sizes"] == [[4]] and found[1]["context"][0]["seconds"] >= 0.5
     for f in found:
         assert f["after_healthy"] == [] and f["after"] == [] and f["after_detach"] == []
+
+
+def test_every_kind_of_wait_is_seen_on_gloo(tmp_path: Path) -> None:
+    """Real 2-rank gloo waits in each kind of op (jobs/wait_kinds_job.py): the first op of a new
+    group (its completed counter still -1), the tensor forms FSDP uses, a coalesced op, a device
+    mesh's group, an async op's wait, and batched point-to-point."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from support import free_port
+
+    job = Path(__file__).parent / "jobs" / "wait_kinds_job.py"
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, str(job), str(r), port, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for r in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    seen = json.loads(next(line for line in outputs[0].splitlines() if line.startswith("SEEN "))[5:])
+    assert seen.pop("batch_isend_irecv") == [[], [["recv", 1]]]
+    assert len(seen) == 5
+    for kind, (collectives, p2p) in seen.items():
+        assert len(collectives) == 1 and collectives[0][0] == "gloo" and p2p == [], (kind, collectives, p2p)
+    assert seen["all_gather_into_tensor, first op of a new group"][0] == [["gloo", 1]]
+
+
+def test_a_gloo_group_whose_first_op_is_unfinished_waits_in_op_one() -> None:
+    status = {"4": {"last_enqueued_collective": "1", "last_completed_collective": "-1"},
+              "5": {"last_enqueued_collective": "3", "last_completed_collective": "-1"}}
+    assert blocked_from_status("gloo", status, None) == [BlockedIn("gloo", "4", 1), BlockedIn("gloo", "5", 1)]
+    assert blocked_from_status("nccl", status, None) == []  # NCCL's -1 may mean unknown: entries decide

@@ -16,8 +16,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_ncclx.config import WatchdogConfig
 from lightning_ncclx.watchdog import StallWatchdog
+from lightning_ncclx.watchdog.activity import main_thread_site
 
 SEEN: list[tuple[str, str]] = []
+SITES: dict[str, str | None] = {}
 
 
 def _record(watchdog: StallWatchdog, where: str) -> None:
@@ -37,6 +39,7 @@ class UserCallback(Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         _record(self.watchdog, "callback.on_train_epoch_end")
+        SITES["callback"] = main_thread_site()
 
     def on_validation_start(self, trainer, pl_module) -> None:
         _record(self.watchdog, "callback.on_validation_start")
@@ -81,6 +84,7 @@ class Model(LightningModule):
 
     def on_validation_end(self) -> None:
         _record(self.watchdog, "module.on_validation_end")
+        SITES["module"] = main_thread_site()
 
     def on_train_epoch_end(self) -> None:
         _record(self.watchdog, "module.on_train_epoch_end")
@@ -92,6 +96,7 @@ class Model(LightningModule):
 @pytest.fixture
 def fit(tmp_path: Path):
     SEEN.clear()
+    SITES.clear()
     watchdog = StallWatchdog(WatchdogConfig(poll_interval_seconds=0.05), dump_dir=tmp_path / "dumps")
     callbacks = [UserCheckpoint(watchdog, tmp_path), UserCallback(watchdog), watchdog]  # the watchdog last
     data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2)
@@ -127,3 +132,10 @@ def test_the_wrappers_are_gone_after_fit(fit) -> None:
     for obj in (fit, fit.fit_loop, fit.fit_loop.epoch_loop.val_loop, fit.validate_loop, fit.test_loop,
                 fit.predict_loop):
         assert not [name for name, value in vars(obj).items() if getattr(value, "_ncclx_watched", False)], obj
+
+
+def test_the_site_of_a_hook_names_it_and_the_users_line(fit) -> None:
+    """What the consensus learns a recovered wait by: stable across epochs."""
+    assert SITES["callback"].startswith("Callback.on_train_epoch_end of UserCallback at ")
+    assert SITES["module"].startswith("LightningModule.on_validation_end of Model at ")
+    assert "test_loop_phases.py:" in SITES["callback"] and " in on_train_epoch_end" in SITES["callback"]
