@@ -90,6 +90,8 @@ class _GroupHooks:
         try:
             send = str(name).endswith("SEND")
             tensors = args.input_tensors if send else args.output_tensors
+            if tensors and tensors[0].device.type != "cpu":
+                return  # a mixed group's CUDA op: NCCL serves it, and its recorder holds it
             peer = int(args.root)
             op = P2PInFlight(self.group, int(args.op_id), "send" if send else "recv",
                              self.my_rank if send else peer, peer if send else self.my_rank,

@@ -191,3 +191,29 @@ def test_a_gloo_group_whose_first_op_is_unfinished_waits_in_op_one() -> None:
               "5": {"last_enqueued_collective": "3", "last_completed_collective": "-1"}}
     assert blocked_from_status("gloo", status, None) == [BlockedIn("gloo", "4", 1), BlockedIn("gloo", "5", 1)]
     assert blocked_from_status("nccl", status, None) == []  # NCCL's -1 may mean unknown: entries decide
+
+
+def test_nccl_p2p_entries_are_read_only_when_a_groups_counters_show_an_unfinished_op(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NCCL path as it reads torch's JSON dump (no GPU here: the dump's content is given)."""
+    from lightning_ncclx.dump.traces import BackendInUse
+
+    recv = {"is_p2p": True, "state": "started", "profiling_name": "nccl2:recv 1<-0", "process_group": ["1", "pp"],
+            "op_id": 8}
+    dumps = {False: {"pg_status": {"1": {"last_enqueued_collective": "8", "last_completed_collective": "7"}}},
+             True: {"entries": [recv], "pg_config": {"1": {"desc": "pp", "ranks": "[2, 5]"}}}}
+    asked: list[tuple[str, bool]] = []
+
+    def status(file_tag: str, include_entries: bool) -> dict:
+        asked.append((file_tag, include_entries))
+        return dumps[include_entries]
+
+    monkeypatch.setattr(collective_probe, "backends_in_use", lambda: [BackendInUse("cuda", "nccl2"),
+                                                                      BackendInUse("cpu", "gloo")])
+    monkeypatch.setattr(collective_probe, "_status_json", status)
+    waits = collective_probe.p2p_waits()
+    assert [(w.backend, w.group, w.op, w.peer) for w in waits] == [("nccl2", "1", "recv", 2)]
+    assert asked == [("nccl2", False), ("nccl2", True)]  # gloo's come from the hooks, never from its recorder
+    dumps[False]["pg_status"]["1"]["last_completed_collective"] = "8"
+    asked.clear()
+    assert collective_probe.p2p_waits() == [] and asked == [("nccl2", False)]
