@@ -1,23 +1,30 @@
 """Hang detection with and without peer consensus, side by side, and a soak of healthy training.
 
-``detect``: real ``ddp_ncclx`` fits on gloo (``tests/watchdog/jobs/train_job.py``) with steps of
-about 1 s (uniform 0.9-1.1 s), every watchdog setting at its default, one rank faulty after
-``--at-batch`` batches; once with consensus on (the default), once with it off (step threshold
-only: 10 x the slowest recent step, never below 30 s). Measured: seconds from the fault (a marker
-file the faulty rank writes as the fault starts) to the written summary.json; which detector
-started the event; the culprit the summary names.
+``detect``: real fits on gloo (``tests/watchdog/jobs/train_job.py``) with steps of about 1 s
+(uniform 0.9-1.1 s), every watchdog setting at its default, one rank faulty after ``--at-batch``
+batches, for each strategy (``ddp_ncclx``, ``fsdp_ncclx``, ``fsdp2_ncclx``), fault and job size.
+Faults: a rank stuck in compute (``stuck_train``), in its data loader (``stuck_loader``), a
+skipped collective, a mismatched one (``other_collective``), and a send/recv pipeline whose
+middle stage never sends (``stuck_pipeline``). Under FSDP the stuck ranks' peers wait in FSDP's
+own all-gathers (the job's own all_reduce is left out for those faults). Measured: seconds from
+the fault (a marker file the faulty rank writes as the fault starts) to the written summary.json;
+which detector started the event (consensus or step threshold); whether the summary names the
+faulty rank. ``--compare-threshold`` runs each case again with consensus off (the step threshold
+alone: 10 x the slowest recent step, never below 30 s).
 
 ``soak``: a healthy fit at the defaults for ``--minutes`` (noisy 0.5-1.5x steps, uneven data
 loaders, a validation every epoch where one rank spends 3 s in a batch while the others wait in
 its all_reduce, a checkpoint every epoch that rank 0 spends 4 s building while the others wait in
-its barrier). Counts events (must be 0) and the consensus reports the ranks posted (near misses).
+its barrier). Counts events (must be 0) and the consensus notices the ranks posted (near misses).
 
 ``probe``: what one look at "where does this rank wait" costs on the watchdog thread, in a
 1-rank gloo group whose recorder holds ``--entries`` entries: ``blocked_collectives()`` (the
 per-group counters, no entries) against the JSON dump of the active entries (gloo never marks an
-entry completed, so that is every entry).
+entry completed, so that is every entry); and what the point-to-point hooks on a gloo group cost
+each collective (all_reduce with and without them, interleaved).
 
-    python bench/bench_consensus.py detect [--ranks 3,8] [--faults stuck_train,stuck_loader,...]
+    python bench/bench_consensus.py detect [--ranks 3,8] [--strategies ddp_ncclx,fsdp_ncclx,fsdp2_ncclx]
+        [--faults stuck_train,stuck_loader,skip_collective,other_collective,stuck_pipeline] [--compare-threshold]
     python bench/bench_consensus.py soak [--minutes 20] [--ranks 4]
     python bench/bench_consensus.py probe [--entries 20000]
 """
@@ -37,8 +44,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE.parent / "tests" / "watchdog" / "jobs" / "train_job.py"
-FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective")
-EXPECTED_CULPRIT = {"stuck_train": 1, "stuck_loader": 2, "skip_collective": 2, "other_collective": 1}
+FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective", "stuck_pipeline")
+STRATEGIES = ("ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx")
+EXPECTED_CULPRIT = {"stuck_train": 1, "stuck_loader": 2, "skip_collective": 2, "other_collective": 1,
+                    "stuck_pipeline": 1}
+STRATEGY_WAITS_ONLY = ("stuck_train", "stuck_loader", "stuck_pipeline")
+"""Faults whose peers should wait in the strategy's own collectives under FSDP (no job all_reduce)."""
 
 
 def _env() -> dict[str, str]:
@@ -48,18 +59,20 @@ def _env() -> dict[str, str]:
     return env
 
 
-def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: int) -> dict:
+def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: int, strategy: str) -> dict:
     dump_dir, marker = work / "dumps", work / "fault-started"
     culprit = EXPECTED_CULPRIT[fault] if ranks > 2 else ranks - 1
     argv = [sys.executable, str(JOB), "--fault", fault, "--fault-rank", str(culprit), "--at-batch", str(at_batch),
             "--batches", str(at_batch + 10), "--epoch-size", str((at_batch + 12) * ranks), "--devices", str(ranks), "--dump-dir", str(dump_dir),
-            "--strategy", "ddp_ncclx", "--step-sleep", "1.0", "--step-noise", "0.1", "--watchdog-defaults",
+            "--strategy", strategy, "--step-sleep", "1.0", "--step-noise", "0.1", "--watchdog-defaults",
             "--poll-interval", "0.5", "--marker", str(marker)] + ([] if consensus else ["--no-consensus"])
+    if strategy.startswith("fsdp") and fault in STRATEGY_WAITS_ONLY:
+        argv.append("--no-step-collective")
     started = time.monotonic()
     done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=900,
                           start_new_session=True)
     summary_path = dump_dir / "stall-001" / "summary.json"
-    row = {"ranks": ranks, "fault": fault, "consensus": consensus, "exit": done.returncode,
+    row = {"ranks": ranks, "strategy": strategy, "fault": fault, "consensus": consensus, "exit": done.returncode,
            "wall_s": round(time.monotonic() - started, 1)}
     if not summary_path.exists() or not marker.exists():
         return {**row, "error": f"no summary (exit {done.returncode}): {done.stderr[-1500:]}"}
@@ -68,32 +81,38 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     detection = next((c.get("detection") for c in initiator if c.get("reason") == "stall"), None) or {}
     return {**row, "detected_by": detection.get("by"),
             "summary_after_fault_s": round(summary_path.stat().st_mtime - marker.stat().st_mtime, 2),
-            "culprit_ranks": summary.get("culprit_ranks"), "expected": culprit, "hang_kind": summary.get("hang_kind")}
+            "culprit_ranks": summary.get("culprit_ranks"), "expected": culprit, "hang_kind": summary.get("hang_kind"),
+            "culprit_right": summary.get("culprit_ranks") == [culprit]}
 
 
 def detect(args: argparse.Namespace) -> list[dict]:
     rows = []
+    modes = (True, False) if args.compare_threshold else (True,)
     with tempfile.TemporaryDirectory(prefix="ncclx-consensus-") as tmp:
         for ranks in (int(r) for r in args.ranks.split(",")):
-            for fault in args.faults.split(","):
-                for consensus in (True, False):  # side by side, one after the other
-                    work = Path(tmp) / f"{ranks}-{fault}-{consensus}"
-                    work.mkdir()
-                    row = detect_once(work, ranks, fault, consensus, args.at_batch)
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
+            for strategy in args.strategies.split(","):
+                for fault in args.faults.split(","):
+                    for consensus in modes:  # side by side, one after the other
+                        work = Path(tmp) / f"{ranks}-{strategy}-{fault}-{consensus}"
+                        work.mkdir()
+                        row = detect_once(work, ranks, fault, consensus, args.at_batch, strategy)
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          "steps of 0.9-1.1 s, every watchdog setting at its default")
-    print("\n| ranks | fault | consensus: summary after fault (s) | detector | step threshold only (s) | culprit "
-          "(expected) | hang kind |")
-    print("|---|---|---|---|---|---|---|")
-    for ranks in sorted({r["ranks"] for r in rows}):
-        for fault in args.faults.split(","):
-            on = next((r for r in rows if (r["ranks"], r["fault"], r["consensus"]) == (ranks, fault, True)), {})
-            off = next((r for r in rows if (r["ranks"], r["fault"], r["consensus"]) == (ranks, fault, False)), {})
-            print(f"| {ranks} | {fault} | {on.get('summary_after_fault_s', 'n/a')} | {on.get('detected_by')} | "
-                  f"{off.get('summary_after_fault_s', 'n/a')} | {on.get('culprit_ranks')} / {off.get('culprit_ranks')} "
-                  f"({on.get('expected')}) | {on.get('hang_kind')} |")
+          f"{time.strftime('%Y-%m-%d %H:%M')}; steps of 0.9-1.1 s, every watchdog setting at its default")
+    print("\n| ranks | strategy | fault | summary after fault (s) | detected by | culprit (expected) | right | hang kind |"
+          + (" step threshold only (s) |" if args.compare_threshold else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.compare_threshold else ""))
+    for on in (r for r in rows if r["consensus"]):
+        off = next((r for r in rows if not r["consensus"] and (r["ranks"], r["strategy"], r["fault"])
+                    == (on["ranks"], on["strategy"], on["fault"])), {})
+        print(f"| {on['ranks']} | {on['strategy']} | {on['fault']} | {on.get('summary_after_fault_s', 'n/a')} | "
+              f"{on.get('detected_by')} | {on.get('culprit_ranks')} ({on.get('expected')}) | "
+              f"{'yes' if on.get('culprit_right') else 'NO'} | {on.get('hang_kind')} |"
+              + (f" {off.get('summary_after_fault_s', 'n/a')} |" if args.compare_threshold else ""))
+    hangs = [r for r in rows if r["consensus"]]
+    met = [r for r in hangs if r.get("culprit_right") and (r.get("summary_after_fault_s") or 1e9) <= args.target_s]
+    print(f"\n{len(met)} of {len(hangs)} hangs summarized within {args.target_s:g} s with the right culprit")
     return rows
 
 
@@ -129,6 +148,7 @@ def probe(args: argparse.Namespace) -> list[dict]:
     import torch.distributed as dist
 
     from lightning_ncclx.backend.torch_api import dump_fr_trace_json
+    from lightning_ncclx.dump.p2p_ops import TRACKER
     from lightning_ncclx.watchdog.collective_probe import blocked_collectives
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,13 +167,41 @@ def probe(args: argparse.Namespace) -> list[dict]:
                 start = time.perf_counter()
                 dump_fr_trace_json(True, True, "gloo")
                 full.append((time.perf_counter() - start) * 1e3)
+            plain, hooked = _hook_cost(dist, torch, repeats=args.hook_repeats)
         finally:
+            TRACKER.detach()
             dist.destroy_process_group()
     row = {"entries": args.entries, "probe_ms_median": round(stats.median(cheap), 4),
            "probe_ms_p99": round(sorted(cheap)[int(0.99 * len(cheap)) - 1], 4),
-           "active_entries_json_ms_median": round(stats.median(full), 1)}
+           "active_entries_json_ms_median": round(stats.median(full), 1),
+           "all_reduce_us_without_p2p_hooks": round(stats.median(plain), 2),
+           "all_reduce_us_with_p2p_hooks": round(stats.median(hooked), 2),
+           "p2p_hooks_us_per_collective": round(stats.median(hooked) - stats.median(plain), 2),
+           "ratio": round(stats.median(hooked) / stats.median(plain), 3)}
     print(json.dumps(row))
     return [row]
+
+
+def _hook_cost(dist, torch, repeats: int, calls: int = 3000) -> tuple[list[float], list[float]]:
+    """us per 16-float all_reduce of a 1-rank gloo group without and with the point-to-point
+    tracker's hooks on it, interleaved (medians of ``repeats`` runs of ``calls`` each)."""
+    from lightning_ncclx.dump.p2p_ops import TRACKER
+
+    t = torch.ones(16)
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            dist.all_reduce(t)
+        return (time.perf_counter() - start) / calls * 1e6
+
+    plain, hooked = [], []
+    for _ in range(repeats):
+        plain.append(run())
+        assert TRACKER.attach() >= 1
+        hooked.append(run())
+        TRACKER.detach()
+    return plain, hooked
 
 
 def main() -> int:
@@ -162,6 +210,9 @@ def main() -> int:
     d = sub.add_parser("detect")
     d.add_argument("--ranks", default="3,8")
     d.add_argument("--faults", default=",".join(FAULTS))
+    d.add_argument("--strategies", default=",".join(STRATEGIES))
+    d.add_argument("--compare-threshold", action="store_true", help="each case again with consensus off")
+    d.add_argument("--target-s", type=float, default=10.0)
     d.add_argument("--at-batch", type=int, default=25, help="after the 20-step warm-up of the learned threshold")
     d.add_argument("--json", type=Path, default=None)
     s = sub.add_parser("soak")
@@ -171,6 +222,7 @@ def main() -> int:
     s.add_argument("--json", type=Path, default=None)
     pr = sub.add_parser("probe")
     pr.add_argument("--entries", type=int, default=20000)
+    pr.add_argument("--hook-repeats", type=int, default=7)
     pr.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     rows = {"detect": detect, "soak": soak, "probe": probe}[args.mode](args)

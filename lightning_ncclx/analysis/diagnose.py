@@ -17,8 +17,8 @@ from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.kind import classify
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
                                             Sig, Summary, Verdict)
-from lightning_ncclx.analysis.order import extra_or_skipped, keeps_period, period_breakers
-from lightning_ncclx.analysis.p2p import p2p_findings
+from lightning_ncclx.analysis.order import extra_or_skipped, own_order
+from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
 
@@ -46,31 +46,52 @@ def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd:
     return Verdict.NOT_ENTERED
 
 
-def _by_own_period(div: Divergence, tracks: Mapping[int, GroupTrack]) -> tuple[Divergence, str] | None:
-    """A tie (no majority) settled by program order: the one rank whose call at ``div.seq`` breaks
-    the period of its own earlier calls in the group, while every other rank keeps its period."""
-    breakers = period_breakers({r: tracks[r] for r in div.culprits if r in tracks}, div.seq)
+def _by_own_period(div: Divergence, tracks: Mapping[int, GroupTrack]) -> tuple[Divergence, str, str | None] | None:
+    """A tie (no majority) settled by program order: the one rank whose call at ``div.seq`` leaves
+    its own order in the group (the period of its earlier calls, or where the history repeats no
+    strict period, what followed its previous call every time before), while every other rank's
+    call is the one its own order expected. (divergence, why, program-order evidence when the
+    culprit called from another call site than its order expected: it skipped or added a call)."""
+    verdicts = {r: own_order(tracks[r], div.seq) for r in div.culprits if r in tracks}
+    breakers = [r for r, v in verdicts.items() if v is not None and v[0]]
     if len(breakers) != 1:
         return None
-    (culprit, (expected, _)), = breakers.items()
+    culprit = breakers[0]
     others = tuple(r for r in div.culprits if r != culprit)
-    if not others or not all(r in tracks and keeps_period(tracks[r], div.seq) for r in others):
+    if not others or not all(verdicts.get(r) is not None and not verdicts[r][0] for r in others):
         return None
+    expected = verdicts[culprit][1]
     majority = div.sigs.get(others[0])
     steps = tracks[culprit]
-    site = expected[1] or "the same call site"
-    why = (f"no majority, but rank {culprit} broke the pattern of its own earlier steps (there it called "
-           f"{_short(steps.sig_table.get(expected[0]))} from {site}) while rank(s) {_ranks(others)} kept theirs")
-    return replace(div, majority=majority, culprits=(culprit,), waiting=others, confidence="medium"), why
+    called_site = _site_of(steps, div.seq)
+    if expected is not None:
+        there = f"there it called {_short(steps.sig_table.get(expected[0]))} from {expected[1] or 'the same call site'}"
+    else:
+        there = f"its call from {called_site or 'an unknown call site'} never followed its previous call before"
+    why = (f"no majority, but rank {culprit} broke the pattern of its own earlier steps ({there}) while rank(s) "
+           f"{_ranks(others)} kept theirs")
+    evidence = None
+    if expected is None or (expected[1] and called_site and expected[1] != called_site):
+        evidence = (f"program order: rank {culprit} called {_short(div.sigs.get(culprit))} at seq {div.seq} from "
+                    f"{called_site or 'an unknown call site'}, where its own earlier steps called "
+                    + (f"{_short(steps.sig_table.get(expected[0]))} from {expected[1]}" if expected is not None
+                       else "something else")
+                    + ": it skipped or added a collective")
+    return replace(div, majority=majority, culprits=(culprit,), waiting=others, confidence="medium"), why, evidence
+
+
+def _site_of(track: GroupTrack, seq: int) -> str | None:
+    i = bisect_left(track.seqs, seq)
+    return track.callsite(i) if i < len(track.seqs) and track.seqs[i] == seq else None
 
 
 def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTrack],
                  states: Mapping[int, CulpritState]) -> Finding:
-    why = None
+    why = order_evidence = None
     if div.kind == "mismatch" and div.majority is None:
         settled = _by_own_period(div, tracks)
         if settled is not None:
-            div, why = settled
+            div, why, order_evidence = settled
     op = (div.majority or next((s for s in div.sigs.values() if s), ("?",)))[0]
     if div.kind == "mismatch":
         kind = classify_mismatch(div.majority, div.sigs, div.culprits)
@@ -97,7 +118,7 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
         if departure is not None:
             div = replace(div, confidence="high")
             msg += f": {departure[2]} (at seq {departure[1]})"
-    evidence = []
+    evidence = [order_evidence] if order_evidence else []
     cs = callsite_divergence(tracks) if div.kind in ("mismatch", "behind") else None
     if cs is not None:
         seq, sites = cs
@@ -173,7 +194,8 @@ def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozen
 
 def analyze(loaded: LoadedFolder) -> Summary:
     """Diagnose ``loaded`` (see :func:`lightning_ncclx.analysis.analyze_folder`)."""
-    traces, contexts = loaded.traces, loaded.contexts
+    contexts = loaded.contexts
+    traces = with_context_p2p(loaded.traces, contexts)  # gloo's sends/recvs, which its recorder omits
     groups = resolve_groups(traces, contexts)
     by_lib: dict[str, dict[int, RankTrace]] = {}
     for t in traces:

@@ -108,6 +108,10 @@ def _classify(summary: Summary) -> Classification:
 
 # ------------------------------------------------------------------------------------ kinds
 def _mismatch(summary: Summary, head: Finding) -> Classification:
+    order = next((e for e in head.evidence if e.startswith("program order: ")), None)
+    if order is not None:  # no majority; program order says the culprit called from another place
+        return _diverged(summary, head, f"{order.removeprefix('program order: ')} (seq {head.seq} of group "
+                         f"{_group_name(head)}; the sizes differ because the calls differ)")
     what = {Verdict.OP_MISMATCH: "op", Verdict.SIZE_MISMATCH: "size", Verdict.DTYPE_MISMATCH: "dtype"}[head.kind]
     theirs = _site(summary, head.ranks)
     others = _site(summary, head.waiting_ranks)

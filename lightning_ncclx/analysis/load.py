@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
+from lightning_ncclx.analysis.p2p import p2p_from_context
 from lightning_ncclx.analysis.parse import MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
 from lightning_ncclx.analysis.safe_read import (MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES, MEMORY_HEADROOM_BYTES,
@@ -349,7 +350,8 @@ def read_context(path: Path, rank: int) -> RankContext | Unreadable:
     return RankContext(rank=rank, path=str(path), host=_str("host"), world_size=_int("world_size"),
                        pg_config=parse_pg_config(data.get("pg_config")), phase=_str("phase"),
                        step=_int("step"), reason=_str("reason"), event=_str("event"),
-                       exception=_str("exception"), initiator_rank=_int("initiator_rank"))
+                       exception=_str("exception"), initiator_rank=_int("initiator_rank"),
+                       p2p_in_flight=p2p_from_context(data.get("p2p_in_flight")))
 
 
 def read_stacks(path: Path) -> tuple[str | None, str | None]:

@@ -158,6 +158,9 @@ class RankContext:
     event: str | None = None
     exception: str | None = None
     initiator_rank: int | None = None
+    p2p_in_flight: tuple[tuple[str, P2POp], ...] = ()
+    """(backend, op) of the sends/recvs the rank had in flight that its recorder does not hold
+    (context.json ``p2p_in_flight``: gloo records none); ``seq`` is the group's op id."""
 
 
 @dataclass(frozen=True)

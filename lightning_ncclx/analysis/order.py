@@ -46,6 +46,42 @@ def breaks_period(labels: Sequence[Hashable]) -> tuple[bool, Hashable | None] | 
     return last != expected, expected
 
 
+def breaks_habit(labels: Sequence[Hashable]) -> tuple[bool, Hashable | None] | None:
+    """Order-1 fallback for a history with no strict period (a warm-up barrier, DDP's bucket
+    rebuild, an epoch boundary put extra calls between the steps): whether the last label ever
+    followed the label before it in the rank's own history.
+
+    ``(False, last)`` when that pair of calls occurred before; ``(True, expected)`` when it never
+    did although both calls are familiar (the label before it was followed, and the last label
+    preceded, at least twice before); ``expected`` is what usually followed the label before it,
+    else what usually preceded the last label (the call a rank that skipped one left out), else
+    None. None when the history is too short to tell."""
+    if len(labels) < 3:
+        return None
+    history, last = labels[:-1], labels[-1]
+    before = history[-1]
+    pairs = list(zip(history, history[1:]))
+    if (before, last) in pairs:
+        return False, last
+    after_before = [b for a, b in pairs if a == before]
+    before_last = [a for a, b in pairs if b == last]
+    if len(after_before) < 2 or len(before_last) < 2:
+        return None
+    expected = _most_frequent(after_before)
+    return True, expected if expected is not None else _most_frequent(before_last)
+
+
+def _most_frequent(items: Sequence[Hashable]) -> Hashable | None:
+    """The one item that occurs most often; None on a tie."""
+    counts: dict[Hashable, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    ranked = sorted(counts.values(), reverse=True)
+    if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]):
+        return None
+    return next(item for item, n in counts.items() if n == ranked[0])
+
+
 def group_labels(track: GroupTrack, seq: int) -> list[tuple]:
     """(signature id, call site) of the newest ``HISTORY`` slots up to the slot of ``seq``; []
     when the track does not hold ``seq``."""
@@ -73,6 +109,16 @@ def keeps_period(track: GroupTrack, seq: int) -> bool:
     labels = group_labels(track, seq)
     verdict = breaks_period(labels) if labels else None
     return verdict is not None and not verdict[0]
+
+
+def own_order(track: GroupTrack, seq: int) -> tuple[bool, tuple | None] | None:
+    """Whether the call at ``seq`` leaves the rank's own order in the group: its strict period
+    (:func:`breaks_period`) where the history has one, else its habit (:func:`breaks_habit`).
+    ``(broke, label expected)``; None when neither can tell."""
+    labels = group_labels(track, seq)
+    if not labels:
+        return None
+    return breaks_period(labels) or breaks_habit(labels)
 
 
 def program(trace: RankTrace) -> list[tuple[int, str, str, int]]:

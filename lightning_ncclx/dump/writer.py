@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from lightning_ncclx.backend.torch_api import nccl_version
 from lightning_ncclx.dump import traces
+from lightning_ncclx.dump.p2p_ops import p2p_in_flight
 from lightning_ncclx.files import atomic_write_bytes, atomic_write_text
 from lightning_ncclx.layout import CONTEXT_SUFFIX, STACKS_SUFFIX, rank_file, trace_file
 
@@ -163,6 +164,7 @@ def write_rank_dump(
         "stacks_file": stacks_name,
         "exception": exception,
         "cuda_memory": _cuda_memory(cuda_device),
+        "p2p_in_flight": _safe(p2p_in_flight, []),
     }
     for key in ("stall_events", "last_stall_event", "detection"):
         if key in progress:

@@ -24,8 +24,10 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.location import resolve_dump_dir
+from lightning_ncclx.dump.p2p_ops import TRACKER as P2P_TRACKER
 from lightning_ncclx.dump.writer import cuda_index
-from lightning_ncclx.watchdog.heartbeat import Phase
+from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+from lightning_ncclx.watchdog.loop_phases import LoopPhases
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
 
 log = logging.getLogger(__name__)
@@ -64,12 +66,12 @@ class StallWatchdog(Callback):
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
         self.flight_recorder = flight_recorder if flight_recorder is not None else FlightRecorderConfig()
         self._runtime: WatchdogRuntime | None = None
-        self._wrapped_trainer: Any = None
+        self._loop_phases: LoopPhases | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_runtime"] = None  # threads, locks and store clients never cross a pickle
-        state["_wrapped_trainer"] = None
+        state["_loop_phases"] = None
         return state
 
     @property
@@ -96,12 +98,26 @@ class StallWatchdog(Callback):
             runtime.stragglers_writer = _stragglers_writer(trainer)
             runtime.start()
             self._runtime = runtime
-            self._watch_checkpoints(trainer)
+            self._loop_phases = LoopPhases(self._heartbeat)
+            self._loop_phases.attach(trainer)
+            P2P_TRACKER.attach()  # the groups made later (configure_model, a module's setup): at batch starts
         except Exception:  # noqa: BLE001 - a watchdog that cannot start must not stop training
             log.warning("the stall watchdog could not start; training continues without it", exc_info=True)
 
-    def _stop(self) -> None:
-        self._unwatch_checkpoints()
+    def _heartbeat(self) -> Heartbeat | None:
+        return self._runtime.heartbeat if self._runtime is not None else None
+
+    def _stop(self, *, unhook: bool = True) -> None:
+        """``unhook``: remove the p2p hooks from the process groups (the main thread between
+        steps); after an exception another thread may still be inside an op: they only go quiet."""
+        if self._runtime is not None:
+            if unhook:
+                P2P_TRACKER.detach()
+            else:
+                P2P_TRACKER.active = False
+        loop_phases, self._loop_phases = self._loop_phases, None
+        if loop_phases is not None:
+            loop_phases.detach()
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             try:
@@ -123,7 +139,7 @@ class StallWatchdog(Callback):
         if runtime is not None:
             runtime.heartbeat.beat(Phase.idle)
             runtime.on_exception(exception)
-        self._stop()
+        self._stop(unhook=False)
         if runtime is None:
             self._exit_like_the_ranks(exception)
 
@@ -153,6 +169,8 @@ class StallWatchdog(Callback):
             self._runtime.heartbeat.sanity_check(False)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._runtime is not None:
+            P2P_TRACKER.attach()
         self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -163,6 +181,7 @@ class StallWatchdog(Callback):
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._runtime is not None:
             self._runtime.heartbeat.train_batch_start(_global_step(trainer))
+            P2P_TRACKER.attach()  # a length check unless a process group was made since
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         runtime = self._runtime
@@ -192,11 +211,13 @@ class StallWatchdog(Callback):
         self._beat(Phase.validation, trainer)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        # Inside fit the phase stays validation after the loop's end hooks (the module's
+        # on_validation_end, a checkpoint callback's upload) until the next batch or epoch start.
         runtime = self._runtime
         if runtime is None or getattr(trainer, "sanity_checking", False):
             return
-        training = bool(getattr(trainer, "training", False)) or getattr(trainer.state, "fn", None) == "fit"
-        self._beat(Phase.train_step if training and runtime.heartbeat.batches > 0 else Phase.teardown, trainer)
+        if not (bool(getattr(trainer, "training", False)) or getattr(trainer.state, "fn", None) == "fit"):
+            self._beat(Phase.teardown, trainer)
 
     def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
@@ -219,35 +240,6 @@ class StallWatchdog(Callback):
 
     def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
         self._beat(Phase.teardown, trainer)
-
-    def _watch_checkpoints(self, trainer: Any) -> None:
-        """Wrap this Trainer's ``save_checkpoint`` (ModelCheckpoint, the user and Lightning all
-        call it): the checkpoint phase then covers building the state dicts (FSDP gathers, which
-        run before any hook and without ``on_save_checkpoint`` under ``save_weights_only``),
-        writing and the closing barrier; the phase before it resumes with a fresh heartbeat."""
-        original = getattr(trainer, "save_checkpoint", None)
-        if original is None or getattr(original, "_ncclx_watched", False):
-            return
-
-        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
-            runtime = self._runtime
-            if runtime is None:
-                return original(*args, **kwargs)
-            before = runtime.heartbeat.last.phase
-            runtime.heartbeat.beat(Phase.checkpoint, _global_step(trainer))
-            try:
-                return original(*args, **kwargs)
-            finally:
-                runtime.heartbeat.beat(before, _global_step(trainer))
-
-        save_checkpoint._ncclx_watched = True  # type: ignore[attr-defined]
-        trainer.save_checkpoint = save_checkpoint
-        self._wrapped_trainer = trainer
-
-    def _unwatch_checkpoints(self) -> None:
-        trainer, self._wrapped_trainer = self._wrapped_trainer, None
-        if trainer is not None and getattr(trainer.__dict__.get("save_checkpoint"), "_ncclx_watched", False):
-            del trainer.save_checkpoint  # the class's method again
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         # Inside save_checkpoint already; this also covers a Trainer whose method was not wrapped.

@@ -1,202 +1,65 @@
 """Fast hang detection by peer consensus: the ranks say where they wait; rank 0 decides.
 
 One rank's clock cannot tell a hang from a slow healthy step, so the step threshold has a 30 s
-floor. The ranks together can: in a hang, most of them sit in a collective and the others are
-busy elsewhere, and that picture does not change. A slow healthy step either ends (the ranks'
-heartbeats move on and their reports are withdrawn) or is in a phase that explains it.
+floor. The ranks together can: in a hang, most of them sit in a collective or a point-to-point op
+and the others are busy elsewhere, and that picture does not change. A slow healthy step either
+ends (the ranks' heartbeats move on and their notices are withdrawn) or is in a phase that
+explains it.
 
 Each rank (watchdog thread, nothing on the training path):
 - while its training step has run longer than ``wait`` (see :meth:`Heartbeat.consensus_wait`)
-  and it is not compiling or saving a checkpoint, keeps one report in the store: blocked in
-  which collectives (from :mod:`collective_probe`), or busy outside any; posted once, changed
-  only when it changes, withdrawn at the next heartbeat;
-- never reports in another phase (validation, checkpoint, epoch start, first step, teardown):
-  a rank that has not reported vetoes the decision, so those phases can never look like a hang;
+  and it is not compiling or saving a checkpoint, keeps one :class:`OverrunNotice` in the store:
+  blocked in which collectives and point-to-point ops (from :mod:`collective_probe`), or busy
+  outside any; posted once, changed only when it changes, withdrawn at the next heartbeat;
+- never posts in another phase (validation, checkpoint, epoch start, first step, teardown):
+  a rank that has not posted vetoes the decision, so those phases can never look like a hang;
 - a rank outside any collective whose main thread kept a CPU busy over the last poll says it is
   *working*, which vetoes too: rank-0-only work in a hook (an evaluation, a logger's upload) while
   the others wait at a barrier is slow, not stuck. A stuck rank waits: sleeps, blocks on a lock,
   a queue, a data loader, a dead peer. (One spinning in a GPU sync or a Python loop is left to
   the step threshold.)
+- a wait that recovered teaches: after an event that ended by itself, :meth:`Consensus.learn_recovery`
+  raises this rank's wait while its main thread is at the same *site* (the Lightning hook it
+  runs and its innermost frame of user code, :meth:`Consensus.site_now`) to at least
+  ``RECOVERY_WAIT_FACTOR`` x how long that wait lasted, for the rest of the run: a job that
+  uploads for 12 s every epoch is dumped once, not every epoch. The step threshold still applies.
 
-Rank 0 reads one counter per poll and, once every rank has reported, all reports in one request.
-It declares a hang when at least ``quorum`` of the ranks are blocked and the reports are the same
+Rank 0 reads one counter per poll and, once every rank has posted, all notices in one request.
+It declares a hang when at least ``quorum`` of the ranks are blocked and the notices are the same
 at two polls in a row. In steady state nothing is written, and only rank 0 reads (one key).
 
 Store keys (under the ``lightning_ncclx/`` prefix, next to the event keys of ``coordinator``):
-``cs/rank/<r>`` (the report's JSON, empty when none; deleted when the watchdog stops),
-``cs/posted`` (how many ranks have a report), ``cs/changes`` (bumped by every post and withdrawal).
+``cs/rank/<r>`` (the notice's JSON, empty when none; deleted when the watchdog stops),
+``cs/posted`` (how many ranks have a notice), ``cs/changes`` (bumped by every post and withdrawal).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from lightning_ncclx.config import ConsensusConfig
+from lightning_ncclx.dump.p2p_ops import P2PInFlight
 from lightning_ncclx.watchdog.activity import main_thread_phase as read_main_thread_phase
-from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_collectives
+from lightning_ncclx.watchdog.activity import main_thread_site as read_main_thread_site
+from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_collectives, p2p_waits
+from lightning_ncclx.watchdog.consensus_board import (  # noqa: F401 - the protocol's names, re-exported
+    CHANGES_KEY, POSTED_KEY, ConsensusBoard, OverrunNotice, P2PWait, Picture, notice_key,
+)
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 
 log = logging.getLogger(__name__)
 
-POSTED_KEY = "cs/posted"
-CHANGES_KEY = "cs/changes"
-MAX_REPORT_BYTES = 64 * 1024
-MAX_BLOCKED_LISTED = 16
 WORKING_CPU_SHARE = 0.25
 """A main thread that used at least this share of a CPU over the last poll is working."""
-
-
-def report_key(rank: int) -> str:
-    return f"cs/rank/{rank}"
-
-
-@dataclass(frozen=True)
-class RankReport:
-    """What one rank says while its step has overrun ``wait``."""
-
-    rank: int
-    beat: int
-    """The heartbeat this report belongs to (a new heartbeat withdraws it)."""
-    step: int
-    blocked: tuple[BlockedIn, ...]
-    """Empty: busy outside any collective (compute, data loader, host code)."""
-    waited_seconds: float
-    """Since the heartbeat, when posted (not compared: a report is not re-posted as time passes)."""
-    working: bool = False
-    """Outside any collective with its main thread busy on a CPU (see ``WORKING_CPU_SHARE``)."""
-
-    def same_as(self, other: "RankReport | None") -> bool:
-        return other is not None and (self.rank, self.beat, self.blocked, self.working) == (
-            other.rank, other.beat, other.blocked, other.working)
-
-    def to_json(self) -> str:
-        return json.dumps({"rank": self.rank, "beat": self.beat, "step": self.step,
-                           "blocked": [[b.backend, b.pg_id, b.op_id] for b in self.blocked[:MAX_BLOCKED_LISTED]],
-                           "waited": round(self.waited_seconds, 3), "working": self.working})
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> "RankReport | None":
-        """None for an empty or malformed value (another writer's bytes are not trusted)."""
-        if not raw or len(raw) > MAX_REPORT_BYTES:
-            return None
-        try:
-            data = json.loads(raw)
-            blocked = tuple(BlockedIn(str(b[0]), str(b[1]), int(b[2])) for b in data["blocked"][:MAX_BLOCKED_LISTED])
-            waited = float(data["waited"])
-            working = data.get("working", False)
-            return cls(rank=int(data["rank"]), beat=int(data["beat"]), step=int(data["step"]), blocked=blocked,
-                       waited_seconds=waited if math.isfinite(waited) else 0.0, working=working is True)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return None
-
-
-@dataclass(frozen=True)
-class Picture:
-    """Every rank's report as rank 0 read them."""
-
-    world_size: int
-    reports: dict[int, RankReport]
-
-    @property
-    def blocked(self) -> dict[int, tuple[BlockedIn, ...]]:
-        return {r: rep.blocked for r, rep in sorted(self.reports.items()) if rep.blocked}
-
-    @property
-    def busy(self) -> list[int]:
-        return sorted(r for r, rep in self.reports.items() if not rep.blocked)
-
-    @property
-    def working(self) -> list[int]:
-        return sorted(r for r, rep in self.reports.items() if rep.working and not rep.blocked)
-
-    @property
-    def silent(self) -> list[int]:
-        return [r for r in range(self.world_size) if r not in self.reports]
-
-    def is_hang(self, quorum: float) -> bool:
-        """Every rank reported (a rank in a phase that explains a long wait never does), none is
-        working, and at least ``quorum`` of them wait in a collective."""
-        if self.silent or self.working or self.world_size < 1:
-            return False
-        return len(self.blocked) >= max(1, math.ceil(quorum * self.world_size - 1e-9))
-
-    def describe(self) -> str:
-        groups: dict[tuple[BlockedIn, ...], list[int]] = {}
-        for r, blocked in self.blocked.items():
-            groups.setdefault(blocked, []).append(r)
-        parts = [f"rank(s) {_ranks(rs)} blocked in {', '.join(b.label() for b in where)}"
-                 for where, rs in sorted(groups.items(), key=lambda item: item[1][0])]
-        idle = [r for r in self.busy if r not in self.working]
-        if idle:
-            waited = max(self.reports[r].waited_seconds for r in idle)
-            parts.append(f"rank(s) {_ranks(idle)} outside any collective, waiting (step overran by {waited:.1f} s+)")
-        if self.working:
-            parts.append(f"rank(s) {_ranks(self.working)} outside any collective, working")
-        return "; ".join(parts)
-
-
-def _ranks(ranks: list[int], limit: int = 12) -> str:
-    shown = ", ".join(str(r) for r in ranks[:limit])
-    return shown + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
-
-
-class ConsensusBoard:
-    """The store side: one rank's report, and rank 0's reading of all of them."""
-
-    def __init__(self, store: Any, rank: int, world_size: int) -> None:
-        self.store = store
-        self.rank = rank
-        self.world_size = world_size
-        self.posted: RankReport | None = None
-        self.posts = 0
-
-    def start(self) -> None:
-        """An empty report, so that rank 0 can read every rank's key in one request."""
-        self.store.set(report_key(self.rank), "")
-
-    def post(self, report: RankReport) -> None:
-        self.store.set(report_key(self.rank), report.to_json())
-        if self.posted is None:
-            self.store.add(POSTED_KEY, 1)
-        self.store.add(CHANGES_KEY, 1)
-        self.posted = report
-        self.posts += 1
-
-    def withdraw(self) -> None:
-        if self.posted is None:
-            return
-        self.store.set(report_key(self.rank), "")
-        self.posted = None
-        self.store.add(POSTED_KEY, -1)
-        self.store.add(CHANGES_KEY, 1)
-
-    def stop(self) -> None:
-        self.withdraw()
-        self.store.delete_key(report_key(self.rank))
-
-    def counters(self) -> tuple[int, int]:
-        """(ranks with a report, changes so far): two small requests."""
-        return int(self.store.add(POSTED_KEY, 0)), int(self.store.add(CHANGES_KEY, 0))
-
-    def read_all(self) -> dict[int, RankReport] | None:
-        """Every rank's report (one request); None while some rank's key does not exist (its
-        watchdog has not started, or has stopped)."""
-        keys = [report_key(r) for r in range(self.world_size)]
-        if not self.store.check(keys):
-            return None
-        reports: dict[int, RankReport] = {}
-        for rank, raw in enumerate(self.store.multi_get(keys)):
-            report = RankReport.from_json(raw)
-            if report is not None and report.rank == rank:
-                reports[rank] = report
-        return reports
+RECOVERY_WAIT_FACTOR = 2.0
+"""After a wait at a site recovered by itself, this rank's wait there is at least this many times
+as long as that wait lasted, for the rest of the run."""
+MAX_LEARNED_SITES = 64
 
 
 class Consensus:
@@ -205,16 +68,20 @@ class Consensus:
     def __init__(self, config: ConsensusConfig, board: ConsensusBoard, heartbeat: Heartbeat, *,
                  poll_interval_seconds: float,
                  probe: Callable[[], list[BlockedIn]] = blocked_collectives,
+                 p2p_probe: Callable[[], list[P2PInFlight]] = p2p_waits,
                  main_thread_phase: Callable[[], Phase | None] | None = None,
                  main_thread_cpu: Callable[[], float | None] | None = None,
+                 main_thread_site: Callable[[], str | None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.board = board
         self.heartbeat = heartbeat
         self.poll_interval_seconds = poll_interval_seconds
         self._probe = probe
+        self._p2p_probe = p2p_probe
         self._main_thread_phase = main_thread_phase or read_main_thread_phase
         self._main_thread_cpu = main_thread_cpu or read_main_thread_cpu
+        self._main_thread_site = main_thread_site or read_main_thread_site
         self._cpu_sample: tuple[float, float] | None = None
         self._clock = clock
         self._pending: tuple[int, float] | None = None
@@ -224,6 +91,8 @@ class Consensus:
         """Ops already unfinished when this watchdog started: a destroyed group's leftovers (the
         recorder keeps the status of groups of an earlier Trainer in this process), never this
         run's wait."""
+        self._learned: dict[str, float] = {}
+        """site -> the wait learnt there from a recovery (see :meth:`learn_recovery`)."""
         self.probes = 0
 
     @property
@@ -238,20 +107,65 @@ class Consensus:
         self.board.stop()
 
     def tick(self) -> Picture | None:
-        """Update this rank's report; on rank 0, the picture once it is a confirmed hang."""
-        self._update_report()
+        """Update this rank's notice; on rank 0, the picture once it is a confirmed hang."""
+        self._update_notice()
         return self._decide() if self.evaluates else None
 
+    # ------------------------------------------------------------------ sites and recoveries
+    def site_now(self) -> str | None:
+        """Where this rank's main thread is now: the Lightning hook it runs (``Callback.on_train_batch_end
+        of Uploader``) and its innermost frame of user code (``train.py:88 in upload``), stable across
+        steps and epochs; None when its stack cannot be read."""
+        try:
+            return self._main_thread_site()
+        except Exception:  # noqa: BLE001 - a site is a hint, never a reason to fail
+            log.debug("reading the main thread's site failed", exc_info=True)
+            return None
+
+    def learn_recovery(self, site: str | None, lasted_seconds: float) -> None:
+        """A wait at ``site`` (as :meth:`site_now` gave it when this rank dumped for an event) ended
+        by itself after ``lasted_seconds``: from now on this rank posts no notice while its main
+        thread is at that site until it has waited ``RECOVERY_WAIT_FACTOR`` x that long (the
+        largest of what it learnt there). Nothing is learnt without a site."""
+        try:
+            lasted = float(lasted_seconds)
+        except (TypeError, ValueError):
+            return
+        if not site or not math.isfinite(lasted) or lasted <= 0:
+            return
+        wait = RECOVERY_WAIT_FACTOR * lasted
+        if wait <= self._learned.get(site, 0.0):
+            return
+        if site not in self._learned and len(self._learned) >= MAX_LEARNED_SITES:
+            self._learned.pop(min(self._learned, key=self._learned.__getitem__))
+        self._learned[site] = wait
+        log.info("[rank %d] consensus: a wait at %s recovered after %.1f s; this rank's wait there is now %.1f s",
+                 self.board.rank, site, lasted, wait)
+
+    def learned_wait(self, site: str | None) -> float | None:
+        return self._learned.get(site) if site else None
+
+    # ------------------------------------------------------------------ this rank's notice
     def _main_thread_working(self) -> bool:
         """True when the main thread used ``WORKING_CPU_SHARE`` of a CPU since the last poll
-        (sampled at every poll, so the first report already knows)."""
+        (sampled at every poll, so the first notice already knows)."""
         now, cpu = self._clock(), self._main_thread_cpu()
         previous, self._cpu_sample = self._cpu_sample, (now, cpu) if cpu is not None else None
         if previous is None or cpu is None or now <= previous[0]:
             return False
         return (cpu - previous[1]) / (now - previous[0]) >= WORKING_CPU_SHARE
 
-    def _update_report(self) -> None:
+    def _expected_longer(self, waited: float) -> bool:
+        """Compiling or saving (a long step is expected), or at a site where a wait this long
+        recovered before."""
+        if self._main_thread_phase() is not None:
+            return True
+        if not self._learned:
+            return False
+        learned = self.learned_wait(self.site_now())
+        return learned is not None and waited <= learned
+
+    def _update_notice(self) -> None:
         working = self._main_thread_working()
         beat = self.heartbeat.last
         wait = self.heartbeat.consensus_wait()
@@ -260,21 +174,19 @@ class Consensus:
         if posted is not None and posted.beat != beat.seq:
             self.board.withdraw()
             posted = None
-        if wait is None or beat.phase is not Phase.train_step or waited <= wait:
-            if posted is not None:
-                self.board.withdraw()
-            return
-        if self._main_thread_phase() is not None:  # compiling or saving: a long step is expected
+        if wait is None or beat.phase is not Phase.train_step or waited <= wait or self._expected_longer(waited):
             if posted is not None:
                 self.board.withdraw()
             return
         self.probes += 1
         blocked = tuple(b for b in self._probe() if b not in self._unfinished_at_start)
-        report = RankReport(rank=self.board.rank, beat=beat.seq, step=beat.step, blocked=blocked,
-                            waited_seconds=waited, working=working and not blocked)
-        if not report.same_as(posted):
-            self.board.post(report)
+        p2p = tuple(sorted({P2PWait(w.backend, w.group, w.op_id, w.op, w.peer) for w in self._p2p_probe()}))
+        notice = OverrunNotice(rank=self.board.rank, beat=beat.seq, step=beat.step, blocked=blocked,
+                               waited_seconds=waited, working=working and not (blocked or p2p), p2p=p2p)
+        if not notice.same_as(posted):
+            self.board.post(notice)
 
+    # ------------------------------------------------------------------ rank 0's decision
     def _decide(self) -> Picture | None:
         posted, changes = self.board.counters()
         if posted < self.board.world_size or changes == self._fired_changes:
@@ -284,10 +196,10 @@ class Consensus:
         if self._pending is not None and self._pending[0] == changes:
             if now - self._pending[1] < self.poll_interval_seconds * 0.9:
                 return None
-            reports = self.board.read_all()
-            if reports is None:
+            notices = self.board.read_all()
+            if notices is None:
                 return None
-            picture = Picture(self.board.world_size, reports)
+            picture = Picture(self.board.world_size, notices)
             _, changes_after = self.board.counters()
             if changes_after != changes or not picture.is_hang(self.config.quorum):
                 self._pending = None
@@ -295,8 +207,8 @@ class Consensus:
             self._fired_changes = changes
             self._pending = None
             return picture
-        reports = self.board.read_all()
-        if reports is not None and Picture(self.board.world_size, reports).is_hang(self.config.quorum):
+        notices = self.board.read_all()
+        if notices is not None and Picture(self.board.world_size, notices).is_hang(self.config.quorum):
             self._pending = (changes, now)
         else:
             self._pending = None

@@ -35,6 +35,9 @@ class Phase(str, Enum):
     """From a later training epoch's start to its first batch: the loader's workers restart and
     its first batch is fetched then, which can take far longer than a step."""
     validation = "validation"
+    """From an evaluation loop's start (its loader's set-up, every ``on_validation_*`` hook) or a
+    training epoch's end (every ``on_train_epoch_end``, epoch-end syncs) until the next training
+    batch or epoch starts; also test and predict. Set at the loop level (:mod:`loop_phases`)."""
     checkpoint = "checkpoint"
     """From ``Trainer.save_checkpoint``'s start (state dicts built, FSDP gathers, the write, the
     closing barrier) to its end, however it was called."""

@@ -78,3 +78,23 @@ def test_stuck_loader_and_killed_rank_from_real_watchdog_jobs(tmp_path: Path) ->
     assert exit_code_for("program_divergence", config) == 76
     custom = WatchdogConfig(exit_codes={"rank_lost": 90, "program_divergence": 91})
     assert (exit_code_for(lost["hang_kind"], custom), exit_code_for("program_divergence", custom)) == (90, 91)
+
+
+def test_a_skipped_collective_without_a_majority_is_named_by_program_order_in_a_real_job(tmp_path: Path) -> None:
+    """3 ranks; rank 2 skips the all_reduce of training_step at batch 3 and goes on into backward's
+    gradient all_reduce on the same group. gloo pairs the two: the rank receiving the bigger message
+    aborts without a dump, another raises. No majority is left at that sequence id; rank 2's call
+    breaks the order of its own earlier steps (training_step's all_reduce, then backward's), rank 0's
+    does not."""
+    from watchdog.harness import run_job
+
+    result = run_job(tmp_path, "--fault", "skip_world_collective", "--fault-rank", "2", "--at-batch", "3",
+                     "--strategy", "ddp_ncclx")
+    events = result.events()
+    assert len(events) == 1, result.log[-4000:]
+    summary = json.loads((events[0] / "summary.json").read_text())
+    assert len(summary["ranks_missing"]) == 1 and 2 not in summary["ranks_missing"], summary["ranks_missing"]
+    head = summary["findings"][0]
+    assert summary["culprit_ranks"] == [2], head["message"]
+    assert head["confidence"] == "medium" and "broke the pattern of its own earlier steps" in head["message"]
+    assert summary["hang_kind"] == "program_divergence", summary["hang_kind_reason"]

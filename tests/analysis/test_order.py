@@ -6,7 +6,7 @@ from __future__ import annotations
 from synth import T0, dump, entry, write
 
 from lightning_ncclx.analysis import Verdict, analyze_folder
-from lightning_ncclx.analysis.order import breaks_period, period_of
+from lightning_ncclx.analysis.order import breaks_habit, breaks_period, period_of
 
 
 def _frame(line: int, func: str) -> list:
@@ -38,6 +38,44 @@ def test_two_survivors_of_three_disagree_and_the_one_breaking_its_own_period_is_
     assert head.confidence == "medium" and head.waiting_ranks == (1,)
     assert "rank 2 broke the pattern of its own earlier steps" in head.message
     assert "train.py:11 in step" in head.message
+
+
+def test_a_habit_is_what_followed_the_previous_call_before():
+    noisy = list("SABSyABSABxS")  # steps S, A, B with a warm-up call and an epoch's extra call between
+    assert period_of(noisy) is None
+    assert breaks_habit(noisy + ["A"]) == (False, "A")  # A followed S before
+    assert breaks_habit(noisy + ["B"]) == (True, "A")  # B never followed S: it skipped A
+    assert breaks_habit(list("SABSyABxS") + ["B"]) == (True, "A")  # S followed by A and y once each: B's usual predecessor
+    assert breaks_habit(list("SAB") + ["B"]) is None  # too little history to know its habits
+    assert breaks_habit(list("SAB")) is None and breaks_habit(list("SA")) is None
+
+
+def _noisy_tie(folder, skipper: int) -> None:
+    """Ranks 0 and 2 of 3 (rank 1 died without a dump). Every step: a flag broadcast, the step's
+    all_reduce, the gradient all_reduce; a warm-up barrier and an epoch's broadcast break any strict
+    period. At the last step rank ``skipper`` skips the step's all_reduce and meets the others' with
+    its gradient all_reduce (another size)."""
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    calls = [("broadcast", 1, 5, "main"), ("all_reduce", 3, 10, "training_step"), ("all_reduce", 99, 5, "main")]
+    for rank in (0, 2):
+        program = []
+        for step in range(4):
+            program += calls
+            program += [("barrier", 0, 5, "main")] if step == 1 else [("broadcast", 7, 5, "main")] if step == 2 else []
+        program += calls[:1] + (calls[2:] if rank == skipper else calls[1:2])
+        es = [entry(i, i + 1, op, size=size, state="scheduled" if i == len(program) - 1 else "completed",
+                    frames=_frame(line, func)) for i, (op, size, line, func) in enumerate(program)]
+        write(folder, f"rank_{rank}.pkl", dump(es, groups))
+
+
+def test_a_tie_in_a_history_without_a_period_is_settled_by_the_ranks_habits(tmp_path):
+    _noisy_tie(tmp_path, skipper=2)
+    s = analyze_folder(tmp_path)
+    head = s.findings[0]
+    assert s.culprit_ranks == (2,) and head.confidence == "medium" and head.waiting_ranks == (0,)
+    assert "there it called all_reduce[3]/Float from train.py:10 in training_step" in head.message
+    assert head.evidence[0].startswith("program order: rank 2 called all_reduce[99]/Float")
+    assert s.classification.kind.value == "program_divergence"
 
 
 def test_a_tie_without_a_period_still_names_nobody(tmp_path):

@@ -121,3 +121,49 @@ def test_a_group_nobody_declared_is_guessed_from_the_ranks_whose_p2p_mention_it(
                      groups={"0": ("default_pg", [0, 1, 2, 3])})
     assert f.group.ranks == (1, 3) and not f.group.membership_known and f.group.desc == ""
     assert f.ranks == (3,) and f.waiting_ranks == (1,)
+
+
+def _gloo_pipeline(folder, stuck: int) -> None:
+    """3 gloo ranks, each step: recv from the rank before, send to the next, one all_reduce. gloo
+    records no send or recv: the watchdog's context.json lists the ones in flight. Rank ``stuck``
+    received and never sent on; the ranks after it wait in their recv."""
+    import json
+
+    from synth import write
+
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for rank in range(3):
+        write(folder, f"rank_{rank}.gloo.fr.pkl", dump(collectives(4, lib="gloo"), groups))
+        waiting = rank > stuck
+        context = {"rank": rank, "world_size": 3, "event": "stall-001", "reason": "stall",
+                   "pg_config": {"0": {"desc": "default_pg", "ranks": [0, 1, 2]}},
+                   "trace_files": [f"rank_{rank}.gloo.fr.pkl"],
+                   "p2p_in_flight": [{"backend": "gloo", "group": "0", "op": "recv", "src": rank - 1, "dst": rank,
+                                      "peer": rank - 1, "op_id": 13, "sizes": [[4]], "dtype": "float32",
+                                      "seconds": 3.1}] if waiting else []}
+        (folder / f"rank_{rank}.context.json").write_text(json.dumps(context))
+
+
+def test_a_gloo_pipeline_hang_names_the_rank_that_never_sent_from_the_contexts_in_flight_ops(tmp_path):
+    from lightning_ncclx.analysis import analyze_folder
+
+    for stuck in (0, 1):
+        folder = tmp_path / f"stuck{stuck}"
+        _gloo_pipeline(folder, stuck)
+        s = analyze_folder(folder)
+        assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (stuck,), [f.message for f in s.findings]
+        assert s.waiting_ranks == (stuck + 1,) and s.op == "recv"
+        waiting = {row.rank: row.detail for row in s.per_rank}
+        assert waiting[2].startswith("in recv 1->2")
+
+
+def test_context_p2p_items_are_checked_before_use():
+    from lightning_ncclx.analysis.p2p import p2p_from_context
+
+    good = {"backend": "gloo", "group": "0", "op": "recv", "src": 0, "dst": 1, "op_id": 7, "sizes": [[4]], "dtype": "f"}
+    assert p2p_from_context([good])[0][1].src == 0
+    bad = [None, "x", {**good, "op": "all_reduce"}, {**good, "src": "0"}, {**good, "op_id": True},
+           {**good, "backend": 3}, {**good, "group": [1]}, {**good, "dst": 1 << 50}]
+    assert p2p_from_context(bad) == () and p2p_from_context({"op": "recv"}) == ()
+    assert p2p_from_context([{**good, "sizes": [[1] * 40]}])[0][1].sizes == ()  # a silly shape is dropped
+    assert len(p2p_from_context([good] * 1000)) == 64

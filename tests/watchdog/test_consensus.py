@@ -1,5 +1,6 @@
-"""Consensus hang detection: the reports, rank 0's decision and the store traffic, with several
-ranks' detectors on one real in-memory c10d store, injected clocks and probes (no threads)."""
+"""Consensus hang detection: the notices, rank 0's decision, the store traffic and the waits learnt
+from recoveries, with several ranks' detectors on one real in-memory c10d store, injected clocks,
+probes and sites (no threads)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import torch.distributed as dist
 
 from lightning_ncclx.config import ConfigError, ConsensusConfig, NcclxConfig, WatchdogConfig
 from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_from_status
+from lightning_ncclx.dump.p2p_ops import P2PInFlight
 from lightning_ncclx.watchdog.consensus import (
-    CHANGES_KEY, POSTED_KEY, Consensus, ConsensusBoard, Picture, RankReport, report_key,
+    CHANGES_KEY, POSTED_KEY, RECOVERY_WAIT_FACTOR, Consensus, ConsensusBoard, OverrunNotice, P2PWait, Picture,
+    notice_key,
 )
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 from support import FakeClock
@@ -50,6 +53,8 @@ class Job:
         self.heartbeats = [Heartbeat(config, clock=self.clock) for _ in range(world)]
         self.stores = [CountingStore(self.shared) for _ in range(world)]
         self.where: dict[int, list[BlockedIn]] = {r: [] for r in range(world)}
+        self.p2p: dict[int, list[P2PInFlight]] = {r: [] for r in range(world)}
+        self.site: dict[int, str | None] = {r: None for r in range(world)}
         self.main_phase: dict[int, Phase | None] = {r: None for r in range(world)}
         self.cpu_share: dict[int, float] = {r: 0.0 for r in range(world)}
         """Share of a CPU each rank's main thread uses while the clock moves (0: waiting)."""
@@ -57,8 +62,9 @@ class Job:
         self.detectors = [
             Consensus(config.consensus, ConsensusBoard(self.stores[r], r, world), self.heartbeats[r],
                       poll_interval_seconds=POLL, clock=self.clock,
-                      probe=lambda r=r: list(self.where[r]), main_thread_phase=lambda r=r: self.main_phase[r],
-                      main_thread_cpu=lambda r=r: self._cpu[r])
+                      probe=lambda r=r: list(self.where[r]), p2p_probe=lambda r=r: list(self.p2p[r]),
+                      main_thread_phase=lambda r=r: self.main_phase[r], main_thread_cpu=lambda r=r: self._cpu[r],
+                      main_thread_site=lambda r=r: self.site[r])
             for r in range(world)
         ]
         for detector in self.detectors:
@@ -101,7 +107,7 @@ def test_a_rank_stuck_outside_a_collective_is_a_hang_after_the_wait_and_two_agre
     picture, polls = job.polls_until_hang()
     assert picture is not None
     assert sorted(picture.blocked) == [0, 2] and picture.busy == [1] and picture.silent == []
-    # nothing reported before WAIT; reports in the poll after it; rank 0 confirms one poll later
+    # nothing posted before WAIT; notices in the poll after it; rank 0 confirms one poll later
     assert polls == int(WAIT / POLL) + 2
     assert "rank(s) 0, 2 blocked in gloo group 1 op 13" in picture.describe()
     assert "rank(s) 1 outside any collective, waiting" in picture.describe()
@@ -124,8 +130,8 @@ def test_a_rank_working_outside_collectives_vetoes_until_it_only_waits() -> None
     assert picture is not None and picture.busy == [0] and picture.working == [] and polls == 2
 
 
-def test_a_working_rank_says_so_in_its_first_report() -> None:
-    """CPU use is sampled at every poll, so rank 0 never confirms a hang on a report posted
+def test_a_working_rank_says_so_in_its_first_notice() -> None:
+    """CPU use is sampled at every poll, so rank 0 never confirms a hang on a notice posted
     before the rank knew it was working."""
     job = Job()
     job.steps(5)
@@ -138,16 +144,16 @@ def test_a_working_rank_says_so_in_its_first_report() -> None:
 
 
 def test_a_blocked_rank_is_never_working() -> None:
-    report = RankReport(rank=0, beat=1, step=1, blocked=(IN_ALLREDUCE,), waited_seconds=3.0, working=True)
-    assert Picture(1, {0: report}).working == [] and Picture(1, {0: report}).is_hang(0.5)
+    notice = OverrunNotice(rank=0, beat=1, step=1, blocked=(IN_ALLREDUCE,), waited_seconds=3.0, working=True)
+    assert Picture(1, {0: notice}).working == [] and Picture(1, {0: notice}).is_hang(0.5)
 
 
-def test_a_slow_step_that_ends_withdraws_the_reports_and_is_no_hang() -> None:
+def test_a_slow_step_that_ends_withdraws_the_notices_and_is_no_hang() -> None:
     job = Job()
     job.steps(5)
     job.start_step()
     job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
-    for _ in range(int(WAIT / POLL) + 1):  # every rank has reported; rank 0 waits for its second look
+    for _ in range(int(WAIT / POLL) + 1):  # every rank has posted; rank 0 waits for its second look
         assert job.poll() is None
     assert int(job.shared.add(POSTED_KEY, 0)) == 3
     job.steps(1)  # the step ended after all
@@ -184,7 +190,7 @@ def test_a_rank_whose_main_thread_compiles_or_saves_vetoes(phase: Phase) -> None
     assert picture is not None and picture.busy == [2]
 
 
-def test_nothing_is_reported_before_the_warm_up_steps() -> None:
+def test_nothing_is_posted_before_the_warm_up_steps() -> None:
     job = Job(warmup_steps=10)
     job.steps(5)
     job.start_step()
@@ -228,12 +234,12 @@ def test_a_silent_rank_leaves_it_to_the_step_threshold() -> None:
 
 
 def test_quorum_counts_the_blocked_ranks() -> None:
-    reports = {r: RankReport(rank=r, beat=9, step=5, blocked=(IN_ALLREDUCE,) if r < 3 else (), waited_seconds=4.0)
+    notices = {r: OverrunNotice(rank=r, beat=9, step=5, blocked=(IN_ALLREDUCE,) if r < 3 else (), waited_seconds=4.0)
                for r in range(8)}
-    picture = Picture(8, reports)
+    picture = Picture(8, notices)
     assert picture.is_hang(0.375) and not picture.is_hang(0.5)
-    assert not Picture(9, reports).is_hang(0.1)  # rank 8 never reported
-    everyone = {r: RankReport(rank=r, beat=9, step=5, blocked=(IN_ALLREDUCE,), waited_seconds=4.0) for r in range(8)}
+    assert not Picture(9, notices).is_hang(0.1)  # rank 8 never posted
+    everyone = {r: OverrunNotice(rank=r, beat=9, step=5, blocked=(IN_ALLREDUCE,), waited_seconds=4.0) for r in range(8)}
     assert Picture(8, everyone).is_hang(1.0)  # all in one collective that never completes
 
 
@@ -250,7 +256,7 @@ def test_steady_state_costs_rank_zero_two_small_reads_per_poll_and_the_others_no
     assert [s.calls - b for s, b in zip(job.stores, before)] == [40, 0, 0]
 
 
-def test_a_report_is_posted_once_and_reposted_only_when_it_changes() -> None:
+def test_a_notice_is_posted_once_and_reposted_only_when_it_changes() -> None:
     job = Job()
     job.steps(5)
     job.start_step()
@@ -265,7 +271,7 @@ def test_a_report_is_posted_once_and_reposted_only_when_it_changes() -> None:
     assert int(job.shared.add(POSTED_KEY, 0)) == 2
 
 
-def test_stop_removes_this_ranks_key_and_its_report() -> None:
+def test_stop_removes_this_ranks_key_and_its_notice() -> None:
     job = Job()
     job.steps(5)
     job.start_step()
@@ -275,32 +281,32 @@ def test_stop_removes_this_ranks_key_and_its_report() -> None:
     assert int(job.shared.add(POSTED_KEY, 0)) == 3
     for detector in job.detectors:
         detector.stop()
-    assert not any(job.shared.check([report_key(r)]) for r in range(3))
+    assert not any(job.shared.check([notice_key(r)]) for r in range(3))
     assert int(job.shared.add(POSTED_KEY, 0)) == 0
 
 
 @pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b'{"rank": "x"}', b'{"rank": 1, "beat": 2, "step": 3}',
                                  b'{"rank": 1, "beat": 2, "step": 3, "blocked": [["gloo"]], "waited": 1}',
                                  b'{"rank": 1, "beat": 2, "step": 3, "blocked": 5, "waited": 1}',
+                                 b'{"rank": 1, "beat": 2, "step": 3, "blocked": [], "p2p": [["gloo", "0"]], "waited": 1}',
                                  b"{" + b" " * 70000 + b"}"])
-def test_a_malformed_report_counts_as_no_report(raw: bytes) -> None:
-    assert RankReport.from_json(raw) is None
+def test_a_malformed_notice_counts_as_none(raw: bytes) -> None:
+    assert OverrunNotice.from_json(raw) is None
 
 
-def test_a_report_round_trips_and_a_nan_wait_is_read_as_zero() -> None:
-    report = RankReport(rank=4, beat=17, step=12, blocked=(IN_ALLREDUCE, BlockedIn("nccl2", "0", 99)), waited_seconds=3.25,
-                        working=True)
-    assert RankReport.from_json(report.to_json()) == report
-    data = json.loads(report.to_json())
+def test_a_notice_round_trips_and_a_nan_wait_is_read_as_zero() -> None:
+    notice = OverrunNotice(rank=4, beat=17, step=12, blocked=(IN_ALLREDUCE, BlockedIn("nccl2", "0", 99)),
+                           waited_seconds=3.25, working=True, p2p=(P2PWait("gloo", "2", 7, "recv", 3),))
+    assert OverrunNotice.from_json(notice.to_json()) == notice
+    data = json.loads(notice.to_json())
     data["waited"] = float("nan")
-    assert RankReport.from_json(json.dumps(data)).waited_seconds == 0.0
+    assert OverrunNotice.from_json(json.dumps(data)).waited_seconds == 0.0
 
 
-def test_a_report_under_another_ranks_key_is_ignored() -> None:
+def test_a_notice_under_another_ranks_key_is_ignored() -> None:
     job = Job()
-    job.shared.set(report_key(2), RankReport(rank=1, beat=1, step=1, blocked=(), waited_seconds=1.0).to_json())
-    reports = job.detectors[0].board.read_all()
-    assert reports == {}
+    job.shared.set(notice_key(2), OverrunNotice(rank=1, beat=1, step=1, blocked=(), waited_seconds=1.0).to_json())
+    assert job.detectors[0].board.read_all() == {}
 
 
 def test_pg_status_gives_the_unfinished_op_of_each_group() -> None:
@@ -334,7 +340,7 @@ def test_bad_consensus_settings_name_the_key(values: dict, message: str) -> None
         NcclxConfig(watchdog={"consensus": values})
 
 
-def test_consensus_off_reports_nothing() -> None:
+def test_consensus_off_posts_nothing() -> None:
     job = Job(enabled=False)
     job.steps(20)
     assert job.heartbeats[0].consensus_wait() is None
@@ -353,9 +359,70 @@ def test_an_op_left_unfinished_before_the_watchdog_started_is_not_a_wait() -> No
     job.start_step()
     picture, _ = job.polls_until_hang(limit=20)
     assert picture is None  # every rank waits outside collectives: left to the step threshold
-    reports = job.detectors[0].board.read_all()
-    assert reports is not None and sorted(reports) == [0, 1, 2]
-    assert all(report.blocked == () for report in reports.values())
+    notices = job.detectors[0].board.read_all()
+    assert notices is not None and sorted(notices) == [0, 1, 2]
+    assert all(notice.blocked == () for notice in notices.values())
     job.where.update({0: [leftover, IN_ALLREDUCE], 2: [leftover, IN_ALLREDUCE]})  # this run's waits count
     picture, _ = job.polls_until_hang(limit=20)
     assert picture is not None and sorted(picture.blocked) == [0, 2]
+
+
+def _recv(group: str, op_id: int, src: int, peer: int) -> P2PInFlight:
+    return P2PInFlight(group, op_id, "recv", src, 1, peer)
+
+
+def test_ranks_waiting_in_a_recv_count_as_blocked() -> None:
+    """A pipeline: rank 0 never sends; rank 1 waits in a recv from it, rank 2 in a recv from rank 1.
+    gloo records no send or recv, so only the point-to-point probe shows the waits."""
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.p2p.update({1: [_recv("0", 31, 0, 0)], 2: [_recv("0", 30, 0, 1)]})
+    picture, _ = job.polls_until_hang()
+    assert picture is not None and sorted(picture.blocked) == [1, 2] and picture.busy == [0]
+    assert "rank(s) 1 blocked in recv from rank 0 (gloo group 0)" in picture.describe()
+    assert "rank(s) 2 blocked in recv from rank 1 (gloo group 0)" in picture.describe()
+    assert job.detectors[1].board.posted.p2p == (P2PWait("gloo", "0", 31, "recv", 0),)
+
+
+@pytest.mark.parametrize(("site", "polls"), [
+    ("Callback.on_train_batch_end of Uploader at train.py:88 in upload", int(12.0 / POLL) + 2),
+    ("train.py:40 in training_step", int(WAIT / POLL) + 2),  # anywhere else: the usual wait
+])
+def test_a_wait_that_recovered_at_a_site_is_not_posted_there_until_twice_as_long(site: str, polls: int) -> None:
+    """Rank 0 uploads in a batch-end hook while the others wait in a barrier. An earlier upload
+    was taken for a hang and recovered after 6 s: at that site rank 0 posts nothing for 12 s;
+    elsewhere its wait is the usual 3 s (one poll to post, one to confirm)."""
+    upload = "Callback.on_train_batch_end of Uploader at train.py:88 in upload"
+    job = Job()
+    job.site[0] = upload
+    job.detectors[0].learn_recovery(job.detectors[0].site_now(), 6.0)
+    assert job.detectors[0].learned_wait(upload) == RECOVERY_WAIT_FACTOR * 6.0 == 12.0
+    job.steps(5)
+    job.start_step()
+    job.site[0] = site
+    job.where.update({1: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    picture, seen = job.polls_until_hang(limit=40)
+    assert picture is not None and picture.busy == [0] and seen == polls
+
+
+def test_a_recovery_raises_the_learnt_wait_only_and_needs_a_site() -> None:
+    job = Job()
+    detector = job.detectors[1]
+    detector.learn_recovery("hook at a.py:1 in f", 8.0)
+    detector.learn_recovery("hook at a.py:1 in f", 3.0)  # a shorter recovery never lowers it
+    assert detector.learned_wait("hook at a.py:1 in f") == 16.0
+    for site, lasted in ((None, 8.0), ("", 8.0), ("b.py:2 in g", float("nan")), ("b.py:2 in g", -1.0),
+                         ("b.py:2 in g", "x")):
+        detector.learn_recovery(site, lasted)  # type: ignore[arg-type]
+    assert detector.learned_wait("b.py:2 in g") is None and detector.learned_wait(None) is None
+
+
+def test_a_site_that_cannot_be_read_is_none_and_learns_nothing() -> None:
+    job = Job()
+
+    def unreadable() -> str:
+        raise RuntimeError("no stack")
+
+    job.detectors[2]._main_thread_site = unreadable
+    assert job.detectors[2].site_now() is None

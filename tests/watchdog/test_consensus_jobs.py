@@ -33,17 +33,26 @@ def _detection(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("fault", "culprit", "kind", "exit_code"),
+    ("fault", "culprit", "kind", "exit_code", "extra"),
     [
-        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE),
-        ("stuck_loader", 2, "stuck_outside_collective", STALL_EXIT_CODE),
-        ("skip_collective", 2, "program_divergence", PROGRAM_ERROR_EXIT_CODE),
-        ("other_collective", 1, "argument_mismatch", PROGRAM_ERROR_EXIT_CODE),
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE, ()),
+        ("stuck_loader", 2, "stuck_outside_collective", STALL_EXIT_CODE, ()),
+        ("skip_collective", 2, "program_divergence", PROGRAM_ERROR_EXIT_CODE, ()),
+        ("other_collective", 1, "argument_mismatch", PROGRAM_ERROR_EXIT_CODE, ()),
+        # the others wait in FSDP's own all-gathers (FSDP2's run under torch._dynamo.disable)
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE,
+         ("--strategy", "fsdp2_ncclx", "--no-step-collective")),
+        ("stuck_train", 1, "stuck_outside_collective", STALL_EXIT_CODE,
+         ("--strategy", "fsdp_ncclx", "--no-step-collective")),
+        # a send/recv pipeline: rank 1 never sends; rank 2 waits in recv from it, rank 0 in a collective
+        ("stuck_pipeline", 1, "stuck_outside_collective", STALL_EXIT_CODE, ()),
     ],
+    ids=["stuck_train", "stuck_loader", "skip_collective", "other_collective", "fsdp2_stuck_train",
+         "fsdp_stuck_train", "stuck_pipeline"],
 )
 def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
-        tmp_path: Path, fault: str, culprit: int, kind: str, exit_code: int) -> None:
-    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", str(culprit))
+        tmp_path: Path, fault: str, culprit: int, kind: str, exit_code: int, extra: tuple[str, ...]) -> None:
+    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", str(culprit), *extra)
     assert result.returncode == exit_code, result.log[-4000:]
     events = result.events()
     assert [e.name for e in events] == ["stall-001"], result.log[-4000:]
@@ -56,6 +65,9 @@ def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
     if fault.startswith("stuck_"):  # the culprit was busy elsewhere while the others waited for it
         assert detection["busy_ranks"] == [culprit]
         assert sorted(detection["blocked_ranks"]) == sorted(set(range(WORLD)) - {culprit})
+    if fault == "stuck_pipeline":
+        assert "rank(s) 2 blocked in recv from rank 1" in detection["picture"]
+        assert summary["findings"][0]["waiting_ranks"] == [2] and summary["op"] == "recv"  # what rank 2 is in
 
 
 @pytest.mark.parametrize(
@@ -73,6 +85,28 @@ def test_healthy_jobs_raise_no_event(tmp_path: Path, fault: str, fault_rank: int
     assert result.returncode == 0, result.log[-4000:]
     assert result.events() == [], result.log[-4000:]
     assert "stall by consensus" not in result.log
+
+
+SLOW_HOOKS_JOB = ("--strategy", "ddp_ncclx", "--fault", "slow_epoch_end_hooks", "--hook-seconds", "5",
+                  "--validation-seconds", "20", "--step-sleep", "1.0", "--batches", "8", "--epochs", "2")
+
+
+@pytest.mark.parametrize("detector", [
+    # consensus alone (step threshold out of reach): its wait is ~3 s at these 1 s steps
+    ("--consensus-warmup", "4", "--consensus-min-wait", "1.0", "--train-step-seconds", "60", "--no-auto"),
+    # step threshold alone: learned 3 s; the hooks are in validation, whose threshold is 20 s
+    ("--no-consensus", "--train-step-seconds", "3"),
+], ids=["consensus", "step_threshold"])
+def test_slow_epoch_end_and_validation_end_hooks_run_in_validation_and_raise_no_event(
+        tmp_path: Path, detector: tuple[str, ...]) -> None:
+    """At every epoch end one rank spends 5 s in a hook while the others wait for it in a barrier:
+    a user callback listed before the watchdog (on_train_epoch_end, sleeping), the module's
+    on_train_epoch_end (computing), a user Checkpoint callback that Lightning moves last
+    (on_validation_end, sleeping) and the module's on_validation_end (sleeping)."""
+    result = run_job(tmp_path, *SLOW_HOOKS_JOB, *detector, "--on-stall", "dump")
+    assert result.returncode == 0, result.log[-4000:]
+    assert result.events() == [], result.log[-4000:]
+    assert "stall:" not in result.log and "stall by consensus" not in result.log, result.log[-4000:]
 
 
 def test_the_probe_sees_the_collective_a_rank_waits_in(tmp_path: Path) -> None:

@@ -5,10 +5,12 @@ Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
     python train_job.py --fault stuck_train --fault-rank 1 --at-batch 2 --dump-dir /tmp/d
 
 Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
-(skips an all_reduce on a sub-group), ``other_collective`` (all_gather where the others
+(skips an all_reduce on a sub-group), ``skip_world_collective`` (skips an all_reduce on the default
+group, which DDP's gradient all_reduce then meets), ``other_collective`` (all_gather where the others
 all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
-``raise`` (RuntimeError in training_step), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
+``raise`` (RuntimeError in training_step), ``stuck_pipeline`` (every step each rank receives from the rank before
+and sends to the next on a gloo group; the fault rank gets stuck before its send), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
 itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
@@ -20,7 +22,9 @@ Healthy jobs for the consensus detector (no alarm expected; steps of ``--step-sl
 ``uneven_loader`` (every rank's batches take a random 0-1x ``--step-sleep`` to load), ``slow_val_sync`` (at the validation after ``--at-batch``,
 the fault rank spends 3 s in a validation batch while the others wait in its all_reduce),
 ``slow_checkpoint_rank0`` (a checkpoint after ``--at-batch`` where rank 0 spends 4 s building it
-while the others wait in the checkpoint's barrier), ``busy_rank0_hook`` (after batch ``--at-batch``
+while the others wait in the checkpoint's barrier), ``slow_epoch_end_hooks`` (at every epoch end one rank spends ``--hook-seconds`` in a hook while the others wait in a
+barrier there: a user callback's ``on_train_epoch_end`` (rank 0 sleeps), the module's (rank 1 computes), a user
+``Checkpoint`` callback's ``on_validation_end`` (rank 2 sleeps), the module's (rank 0 sleeps)), ``busy_rank0_hook`` (after batch ``--at-batch``
 rank 0 computes for 4 s in ``on_train_batch_end`` while the others wait in a barrier), ``soak`` (all of these but the slow rank at
 once: uneven loaders, a slow validation batch with a sync and a slow checkpoint every epoch).
 """
@@ -42,7 +46,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, DataLoader
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_ncclx.config import AutoThresholdConfig, ConsensusConfig, StallAction, WatchdogConfig
@@ -77,6 +81,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--poll-interval", type=float, default=0.2, help="the watchdog's poll_interval_seconds")
     p.add_argument("--prefill", type=int, default=0,
                    help="collectives each rank runs in setup, to fill the flight recorder (bench: 20000)")
+    p.add_argument("--no-step-collective", action="store_true",
+                   help="no all_reduce of the job's own in training_step: the ranks wait in the strategy's collectives")
+    p.add_argument("--validation-seconds", type=float, default=10.0)
+    p.add_argument("--hook-seconds", type=float, default=4.0, help="slow_epoch_end_hooks: seconds in each hook")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute' in every training step")
     p.add_argument("--consensus-warmup", type=int, default=ConsensusConfig().warmup_steps)
     p.add_argument("--consensus-min-wait", type=float, default=ConsensusConfig().min_wait_seconds)
@@ -119,15 +127,64 @@ class Data(Dataset):
         return torch.randn(4)
 
 
+def hold(how: str, seconds: float) -> None:
+    """Rank-local work in a hook: ``sleep`` (an upload waiting on the network) or ``compute``."""
+    if how == "sleep":
+        time.sleep(seconds)
+        return
+    deadline, total = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        total += sum(i * i for i in range(1000))
+
+
+def slow_hook(module: "Model", holder: int, how: str) -> None:
+    """``--hook-seconds`` of work on rank ``holder`` while the others wait for it in a barrier."""
+    if module.sub is None or module.trainer.sanity_checking:
+        return
+    if rank() == holder:
+        hold(how, module.args.hook_seconds)
+    dist.barrier(group=module.sub)
+
+
+class SlowEpochEnd(Callback):
+    """A user's epoch-end callback (listed before the watchdog): rank 0 uploads, the others wait."""
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        slow_hook(pl_module, 0, "sleep")
+
+
+class SlowCheckpointHook(Checkpoint):
+    """A user's checkpoint callback (Lightning moves it after every other callback): rank 2 sleeps
+    in its on_validation_end."""
+
+    def on_validation_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        slow_hook(pl_module, 2 % pl_module.trainer.world_size, "sleep")
+
+
 class Model(LightningModule):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__()
         self.args = args
-        self.layer = torch.nn.Linear(4, 1)
-        self.sub = None
+        sharded = args.strategy.startswith("fsdp")  # a small net sharded per layer
+        self.layer = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)) if sharded else torch.nn.Linear(4, 1)
+        # a gradient bucket far larger than the 3-float all_reduce it meets when a rank skips that
+        # all_reduce: gloo then aborts the rank that receives the bigger message (no dump there)
+        self.wide = torch.nn.Linear(32, 32) if args.fault == "skip_world_collective" else None
+        self.sub = self.pipe = None
         self.noise = random.Random(1000 + int(os.environ.get("LOCAL_RANK", "0")))
 
+    def configure_model(self) -> None:
+        if self.args.strategy == "fsdp2_ncclx" and not isinstance(self.layer[0].weight, torch.distributed.tensor.DTensor):
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = self.device_mesh["data_parallel"]
+            for layer in self.layer:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(self.layer, mesh=mesh)
+
     def setup(self, stage: str) -> None:
+        if dist.is_initialized() and self.args.fault == "stuck_pipeline":
+            self.pipe = dist.new_group(backend="gloo")  # made in setup, after the watchdog started
         if dist.is_initialized():
             self.sub = dist.new_group(backend="gloo")  # faults hit this group: a clean hang under gloo
             for start in range(0, self.args.prefill, 500):  # asynchronous in batches: no Python round trip each
@@ -148,6 +205,8 @@ class Model(LightningModule):
             open(a.marker, "w").close()
         if faulty and a.fault == "stuck_train":
             time.sleep(FOREVER)
+        if a.fault == "stuck_pipeline" and self.pipe is not None:
+            self.pipeline_stage(faulty)
         if faulty and a.fault == "signal_then_stuck":  # an on-demand dump, then a real stall in the same step
             os.kill(os.getpid(), signal.SIGUSR2)
             time.sleep(FOREVER)
@@ -164,7 +223,12 @@ class Model(LightningModule):
         if faulty and a.fault == "raise":
             raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
         t = torch.ones(3)
-        if self.sub is not None:
+        if a.no_step_collective:
+            pass  # only the strategy's own collectives (DDP's buckets, FSDP's all-gathers and reduce-scatters)
+        elif a.fault == "skip_world_collective" and dist.is_initialized():
+            if not faulty:  # the faulty rank goes on into backward's bucket all_reduce on the same group
+                dist.all_reduce(t)
+        elif self.sub is not None:
             if faulty and a.fault == "skip_collective":
                 pass
             elif faulty and a.fault == "other_collective":
@@ -172,7 +236,22 @@ class Model(LightningModule):
                 dist.all_gather(out, t, group=self.sub)
             else:
                 dist.all_reduce(t, group=self.sub)
-        return self.layer(batch).sum()
+        loss = self.layer(batch).sum()
+        return loss if self.wide is None else loss + 0.0 * self.wide(torch.ones(32)).sum()
+
+    def pipeline_stage(self, faulty: bool) -> None:
+        """Stage r receives its activation from stage r-1 and sends its own on to r+1 (``recv`` on odd
+        ranks, ``irecv().wait()`` on even ones); the faulty stage gets stuck before it sends."""
+        r, world, act = rank(), dist.get_world_size(), torch.ones(4)
+        if r > 0:
+            if r % 2:
+                dist.recv(act, r - 1, group=self.pipe)
+            else:
+                dist.irecv(act, r - 1, group=self.pipe).wait()
+        if faulty:
+            time.sleep(FOREVER)
+        if r < world - 1:
+            dist.send(act, r + 1, group=self.pipe)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.args.fault == "busy_rank0_hook" and batch_idx == self.args.at_batch and self.sub is not None:
@@ -183,10 +262,16 @@ class Model(LightningModule):
             dist.barrier(group=self.sub)  # the others wait here meanwhile
 
     def on_train_epoch_end(self) -> None:
+        if self.args.fault == "slow_epoch_end_hooks":
+            slow_hook(self, 1, "compute")
         if self.args.fault == "stuck_epoch_end" and self.sub is not None:
             if rank() == self.args.fault_rank:
                 time.sleep(FOREVER)  # the others wait in the epoch-end all_reduce below
             dist.all_reduce(torch.ones(1), group=self.sub)
+
+    def on_validation_end(self) -> None:
+        if self.args.fault == "slow_epoch_end_hooks":
+            slow_hook(self, 0, "sleep")
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
         if self.args.then_validate and self.trainer.state.fn == "validate":
@@ -226,7 +311,7 @@ def main() -> int:
         step = args.slow_rank_threshold or 30.0
     cfg = WatchdogConfig(
         poll_interval_seconds=args.poll_interval, first_step_seconds=max(10.0, step) + 0.01 * args.prefill, train_step_seconds=step,
-        validation_seconds=10.0, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
+        validation_seconds=args.validation_seconds, checkpoint_seconds=10.0, collect_timeout_seconds=15.0,
         on_stall=StallAction(args.on_stall), max_dumps_per_run=2, gather_through_store=not args.no_gather,
         two_phase_gather_above_ranks=0 if args.two_phase else WatchdogConfig().two_phase_gather_above_ranks,
         auto=AutoThresholdConfig(enabled=not args.no_auto, multiplier=3.0, floor_seconds=min(2.0, step), warmup_steps=2),
@@ -236,22 +321,25 @@ def main() -> int:
     if args.watchdog_defaults:
         cfg = WatchdogConfig(on_stall=StallAction(args.on_stall), consensus=ConsensusConfig(enabled=not args.no_consensus))
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
-    callbacks = []
-    if args.strategy in ("ddp_ncclx", "fsdp_ncclx"):
+    callbacks: list = [SlowEpochEnd(), SlowCheckpointHook()] if args.fault == "slow_epoch_end_hooks" else []
+    if args.strategy in ("ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx"):
         import lightning_ncclx  # noqa: F401 - registers the strategy names
         from lightning_ncclx.config import FlightRecorderConfig, NcclxConfig, TimeoutConfig
-        from lightning_ncclx.strategies import DDPNcclxStrategy, FSDPNcclxStrategy
+        from lightning_ncclx.strategies import DDPNcclxStrategy, FSDP2NcclxStrategy, FSDPNcclxStrategy
 
-        strategy_class = DDPNcclxStrategy if args.strategy == "ddp_ncclx" else FSDPNcclxStrategy
-        strategy = strategy_class(ncclx=NcclxConfig(
+        ncclx = NcclxConfig(
             backend="gloo", watchdog=cfg, flight_recorder=FlightRecorderConfig(dump_dir=dump_dir),
             timeouts=TimeoutConfig() if args.watchdog_defaults
-            else TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0)))
+            else TimeoutConfig(init_timeout_seconds=300.0, training_timeout_seconds=120.0))
+        if args.strategy == "fsdp_ncclx":  # one FSDP unit per layer: an all-gather per layer and step
+            strategy = FSDPNcclxStrategy(auto_wrap_policy={torch.nn.Linear}, ncclx=ncclx)
+        else:
+            strategy = (DDPNcclxStrategy if args.strategy == "ddp_ncclx" else FSDP2NcclxStrategy)(ncclx=ncclx)
     else:
         from lightning_ncclx.watchdog import StallWatchdog
 
         strategy = args.strategy
-        callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))
+        callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))  # after the user's callbacks, as they are usually listed
     if args.fault == "healthy_slow":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
     if args.fault == "soak":
@@ -270,7 +358,7 @@ def main() -> int:
         val_check_interval=args.at_batch + 2 if args.fault == "slow_val_sync" else None,
         callbacks=callbacks, enable_progress_bar=False,
         logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
-        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak"), default_root_dir=args.root_dir or args.dump_dir,
+        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak", "slow_epoch_end_hooks"), default_root_dir=args.root_dir or args.dump_dir,
     )
     loader = DataLoader(Data(args, max(64, args.epoch_size)), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)

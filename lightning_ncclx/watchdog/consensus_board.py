@@ -1,0 +1,190 @@
+"""The consensus's store side: one rank's :class:`OverrunNotice`, and rank 0's :class:`Picture` of
+all of them (the protocol is described in :mod:`consensus`). Every value read from the store is
+another process's bytes: a malformed notice counts as none."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lightning_ncclx.watchdog.collective_probe import BlockedIn
+
+POSTED_KEY = "cs/posted"
+CHANGES_KEY = "cs/changes"
+MAX_NOTICE_BYTES = 64 * 1024
+MAX_BLOCKED_LISTED = 16
+
+
+def notice_key(rank: int) -> str:
+    return f"cs/rank/{rank}"
+
+
+@dataclass(frozen=True, order=True)
+class P2PWait:
+    """A send or recv a rank has in flight, as its notice says it."""
+
+    backend: str
+    group: str
+    op_id: int
+    op: str
+    """``send`` or ``recv``."""
+    peer: int
+    """Global rank of the other side; -1 unknown (a recv from any source)."""
+
+    def label(self) -> str:
+        other = f"rank {self.peer}" if self.peer >= 0 else "any rank"
+        return f"{self.op} {'to' if self.op == 'send' else 'from'} {other} ({self.backend} group {self.group})"
+
+
+@dataclass(frozen=True)
+class OverrunNotice:
+    """What one rank says while its step has overrun ``wait``."""
+
+    rank: int
+    beat: int
+    """The heartbeat this notice belongs to (a new heartbeat withdraws it)."""
+    step: int
+    blocked: tuple[BlockedIn, ...]
+    """The collectives it waits in."""
+    waited_seconds: float
+    """Since the heartbeat, when posted (not compared: a notice is not re-posted as time passes)."""
+    working: bool = False
+    """Outside any collective with its main thread busy on a CPU (see ``WORKING_CPU_SHARE``)."""
+    p2p: tuple[P2PWait, ...] = ()
+    """The sends and recvs it waits in. Both empty: busy outside any (compute, data loader, host code)."""
+
+    @property
+    def waiting_in_comms(self) -> bool:
+        return bool(self.blocked or self.p2p)
+
+    def same_as(self, other: "OverrunNotice | None") -> bool:
+        return other is not None and (self.rank, self.beat, self.blocked, self.p2p, self.working) == (
+            other.rank, other.beat, other.blocked, other.p2p, other.working)
+
+    def to_json(self) -> str:
+        return json.dumps({"rank": self.rank, "beat": self.beat, "step": self.step,
+                           "blocked": [[b.backend, b.pg_id, b.op_id] for b in self.blocked[:MAX_BLOCKED_LISTED]],
+                           "p2p": [[w.backend, w.group, w.op_id, w.op, w.peer] for w in self.p2p[:MAX_BLOCKED_LISTED]],
+                           "waited": round(self.waited_seconds, 3), "working": self.working})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> "OverrunNotice | None":
+        """None for an empty or malformed value (another writer's bytes are not trusted)."""
+        if not raw or len(raw) > MAX_NOTICE_BYTES:
+            return None
+        try:
+            data = json.loads(raw)
+            blocked = tuple(BlockedIn(str(b[0]), str(b[1]), int(b[2])) for b in data["blocked"][:MAX_BLOCKED_LISTED])
+            p2p = tuple(P2PWait(str(w[0]), str(w[1]), int(w[2]), str(w[3]), int(w[4]))
+                        for w in (data.get("p2p") or [])[:MAX_BLOCKED_LISTED])
+            waited = float(data["waited"])
+            working = data.get("working", False)
+            return cls(rank=int(data["rank"]), beat=int(data["beat"]), step=int(data["step"]), blocked=blocked,
+                       waited_seconds=waited if math.isfinite(waited) else 0.0, working=working is True, p2p=p2p)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Picture:
+    """Every rank's notice as rank 0 read them."""
+
+    world_size: int
+    notices: dict[int, OverrunNotice]
+
+    @property
+    def blocked(self) -> dict[int, tuple[BlockedIn | P2PWait, ...]]:
+        """rank -> where it waits (collectives, then point-to-point ops), for the ranks that wait."""
+        return {r: (*n.blocked, *n.p2p) for r, n in sorted(self.notices.items()) if n.waiting_in_comms}
+
+    @property
+    def busy(self) -> list[int]:
+        return sorted(r for r, n in self.notices.items() if not n.waiting_in_comms)
+
+    @property
+    def working(self) -> list[int]:
+        return sorted(r for r, n in self.notices.items() if n.working and not n.waiting_in_comms)
+
+    @property
+    def silent(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.notices]
+
+    def is_hang(self, quorum: float) -> bool:
+        """Every rank posted (a rank in a phase that explains a long wait never does), none is
+        working, and at least ``quorum`` of them wait in a collective or a send/recv."""
+        if self.silent or self.working or self.world_size < 1:
+            return False
+        return len(self.blocked) >= max(1, math.ceil(quorum * self.world_size - 1e-9))
+
+    def describe(self) -> str:
+        groups: dict[tuple, list[int]] = {}
+        for r, where in self.blocked.items():
+            groups.setdefault(where, []).append(r)
+        parts = [f"rank(s) {_ranks(rs)} blocked in {', '.join(w.label() for w in where)}"
+                 for where, rs in sorted(groups.items(), key=lambda item: item[1][0])]
+        idle = [r for r in self.busy if r not in self.working]
+        if idle:
+            waited = max(self.notices[r].waited_seconds for r in idle)
+            parts.append(f"rank(s) {_ranks(idle)} outside any collective, waiting (step overran by {waited:.1f} s+)")
+        if self.working:
+            parts.append(f"rank(s) {_ranks(self.working)} outside any collective, working")
+        return "; ".join(parts)
+
+
+def _ranks(ranks: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(r) for r in ranks[:limit])
+    return shown + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+
+
+class ConsensusBoard:
+    """The store side: one rank's notice, and rank 0's reading of all of them."""
+
+    def __init__(self, store: Any, rank: int, world_size: int) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self.posted: OverrunNotice | None = None
+        self.posts = 0
+
+    def start(self) -> None:
+        """An empty notice, so that rank 0 can read every rank's key in one request."""
+        self.store.set(notice_key(self.rank), "")
+
+    def post(self, notice: OverrunNotice) -> None:
+        self.store.set(notice_key(self.rank), notice.to_json())
+        if self.posted is None:
+            self.store.add(POSTED_KEY, 1)
+        self.store.add(CHANGES_KEY, 1)
+        self.posted = notice
+        self.posts += 1
+
+    def withdraw(self) -> None:
+        if self.posted is None:
+            return
+        self.store.set(notice_key(self.rank), "")
+        self.posted = None
+        self.store.add(POSTED_KEY, -1)
+        self.store.add(CHANGES_KEY, 1)
+
+    def stop(self) -> None:
+        self.withdraw()
+        self.store.delete_key(notice_key(self.rank))
+
+    def counters(self) -> tuple[int, int]:
+        """(ranks with a notice, changes so far): two small requests."""
+        return int(self.store.add(POSTED_KEY, 0)), int(self.store.add(CHANGES_KEY, 0))
+
+    def read_all(self) -> dict[int, OverrunNotice] | None:
+        """Every rank's notice (one request); None while some rank's key does not exist (its
+        watchdog has not started, or has stopped)."""
+        keys = [notice_key(r) for r in range(self.world_size)]
+        if not self.store.check(keys):
+            return None
+        notices: dict[int, OverrunNotice] = {}
+        for rank, raw in enumerate(self.store.multi_get(keys)):
+            notice = OverrunNotice.from_json(raw)
+            if notice is not None and notice.rank == rank:
+                notices[rank] = notice
+        return notices
