@@ -19,11 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("lightning_ncclx", "bench", "scripts", "examples", "hydra_plugins")
 THE_MODULE = "lightning_ncclx/backend/torch_api.py"
 
-# Being rewritten; to move into torch_api (its dump_fr_trace_json and dump_nccl_trace_json are
-# there for it).
-TEMPORARY_ALLOWLIST = frozenset({
-    "lightning_ncclx/watchdog/collective_probe.py",
-})
+TEMPORARY_ALLOWLIST: frozenset[str] = frozenset()
 
 PRIVATE_ROOTS = ("torch.distributed", "torch._C")
 # Members of process groups, backends and torch's group table that only torch_api may touch.

@@ -203,6 +203,47 @@ def set_group_timeout(timeout: timedelta, group: Any) -> None:
     setter(timeout, group)
 
 
+def live_groups() -> list[Any]:
+    """Every process group of this process, the placeholders of groups it is no member of
+    included (what torch's table holds), cheap enough to call per batch; empty before
+    ``init_process_group``.
+
+    Checked on: 2.13.0 and 2.15.0 (``distributed_c10d._world.pg_map``)."""
+    c10d = _c10d()
+    return list(c10d._world.pg_map) if c10d.is_initialized() else []
+
+
+def group_name(group: Any) -> str:
+    """The name flight-recorder entries cite for ``group`` (``"0"`` for the world group).
+
+    Checked on: 2.13.0 and 2.15.0 (``distributed_c10d._get_process_group_name``)."""
+    return str(_c10d()._get_process_group_name(group))
+
+
+def global_ranks_of(group: Any) -> dict[int, int]:
+    """``{group rank: global rank}`` of ``group``; empty for a group this rank is no member of.
+
+    Checked on: 2.13.0 and 2.15.0 (``_world.pg_group_ranks[group]`` maps global to group rank)."""
+    ranks = _c10d()._world.pg_group_ranks.get(group) or {}
+    return {int(group_rank): int(global_rank) for global_rank, group_rank in ranks.items()}
+
+
+def served_by(group: Any, backend_name: str) -> bool:
+    """True when one of ``group``'s backends is ``backend_name`` (lower case, e.g. ``"gloo"``).
+
+    Checked on: 2.13.0 and 2.15.0 (through :func:`group_backends`; ``Backend.name()``)."""
+    return any(str(backend.name()).lower() == backend_name for _, backend in group_backends(group))
+
+
+def process_group_hook_op_names() -> Any | None:
+    """torch's ``HookOpName`` enum (``SEND``, ``RECV``, ...) for ``ProcessGroup.register_pre_hook``
+    and ``register_post_hook``; None where torch has no process-group hooks.
+
+    Checked on: 2.15.0 (``torch._C._distributed_c10d.HookOpName``); absent in 2.13.0."""
+    bindings = _bindings()
+    return getattr(bindings, "HookOpName", None) if bindings is not None else None
+
+
 # --- the flight recorder ------------------------------------------------------------------------
 
 

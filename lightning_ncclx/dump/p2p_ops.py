@@ -165,16 +165,14 @@ class P2PTracker:
 
     # ------------------------------------------------------------------ internals
     def _attach_new(self) -> int:
-        from torch.distributed import distributed_c10d as c10d
+        from lightning_ncclx.backend import torch_api
 
-        if not c10d.is_initialized():
+        groups = torch_api.live_groups()
+        if not groups:
             return 0
-        if len(c10d._world.pg_map) == self._known_groups:  # per batch: nothing else when nothing changed
+        if len(groups) == self._known_groups:  # per batch: nothing else when nothing changed
             return len(self._hooked)
-        groups = list(c10d._world.pg_map)
-        from torch._C import _distributed_c10d as c
-
-        names = getattr(c, "HookOpName", None)
+        names = torch_api.process_group_hook_op_names()
         if names is None:  # torch < 2.15: no process-group hooks
             self._known_groups = len(groups)
             return 0
@@ -183,10 +181,11 @@ class P2PTracker:
             key = id(group)
             if key in self._hooked and self._hooked[key][0]() is group:
                 continue
-            if not hasattr(group, "register_pre_hook") or not _served_by_gloo(group):
+            if not hasattr(group, "register_pre_hook") or not torch_api.served_by(group, "gloo"):
                 continue
-            hooks = _GroupHooks(self, c10d._get_process_group_name(group), group.rank(),
-                                _global_rank_of(c10d, group), p2p_names)
+            members = torch_api.global_ranks_of(group)
+            hooks = _GroupHooks(self, torch_api.group_name(group), group.rank(),
+                                lambda group_rank, members=members: int(members.get(group_rank, -1)), p2p_names)
             group.register_pre_hook(HOOK_ID, hooks.pre)
             group.register_post_hook(HOOK_ID, hooks.post)
             self._hooked[key] = (weakref.ref(group), hooks)
@@ -223,23 +222,6 @@ class P2PTracker:
         self._failures += 1
         if self._failures in (1, 100) or self._failures % 10000 == 0:
             log.warning("recording a point-to-point op failed (%d time(s))", self._failures, exc_info=True)
-
-
-def _served_by_gloo(group: Any) -> bool:
-    import torch
-
-    for device in getattr(group, "_device_types", []) or []:
-        try:
-            if str(group._get_backend(torch.device(device)).name()).lower() == "gloo":
-                return True
-        except Exception:  # noqa: BLE001 - no backend for that device
-            continue
-    return False
-
-
-def _global_rank_of(c10d: Any, group: Any) -> Callable[[int], int]:
-    members = {group_rank: global_rank for global_rank, group_rank in (c10d._world.pg_group_ranks.get(group) or {}).items()}
-    return lambda group_rank: int(members.get(group_rank, -1))
 
 
 TRACKER = P2PTracker()

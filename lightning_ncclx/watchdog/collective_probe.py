@@ -50,15 +50,12 @@ def _as_int(value: Any) -> int | None:
 
 
 def _status_json(file_tag: str, include_entries: bool) -> dict[str, Any]:
-    from torch._C import _distributed_c10d as c
+    from lightning_ncclx.backend.torch_api import dump_fr_trace_json, dump_nccl_trace_json
 
     if file_tag == "nccl":
-        raw = c._dump_nccl_trace_json(include_entries, True)
+        raw = dump_nccl_trace_json(include_entries, True)
     else:
-        try:
-            raw = c._dump_fr_trace_json(include_entries, True, backend=file_tag)
-        except TypeError:  # torch 2.13: one recorder, no backend argument
-            raw = c._dump_fr_trace_json(include_entries, True)
+        raw = dump_fr_trace_json(include_entries, True, file_tag)
     data = json.loads(raw)
     return data if isinstance(data, dict) else {}
 

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_ncclx.events.wire import BadValue, as_finite, as_int, as_text, json_object
 from lightning_ncclx.watchdog.collective_probe import BlockedIn
 
 POSTED_KEY = "cs/posted"
@@ -70,20 +71,27 @@ class OverrunNotice:
                            "waited": round(self.waited_seconds, 3), "working": self.working})
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> "OverrunNotice | None":
-        """None for an empty or malformed value (another writer's bytes are not trusted)."""
-        if not raw or len(raw) > MAX_NOTICE_BYTES:
+    def from_json(cls, raw: bytes | str, world_size: int = 1 << 20) -> "OverrunNotice | None":
+        """None for an empty or malformed value (another writer's bytes are not trusted: shapes,
+        ints and finite numbers are checked, sizes capped before parsing)."""
+        if not raw:
             return None
         try:
-            data = json.loads(raw)
-            blocked = tuple(BlockedIn(str(b[0]), str(b[1]), int(b[2])) for b in data["blocked"][:MAX_BLOCKED_LISTED])
-            p2p = tuple(P2PWait(str(w[0]), str(w[1]), int(w[2]), str(w[3]), int(w[4]))
-                        for w in (data.get("p2p") or [])[:MAX_BLOCKED_LISTED])
-            waited = float(data["waited"])
+            data = json_object(raw, MAX_NOTICE_BYTES, "consensus notice")
+            blocked_raw, p2p_raw = data.get("blocked"), data.get("p2p") or []
+            if not isinstance(blocked_raw, list) or not isinstance(p2p_raw, list):
+                return None
+            blocked = tuple(BlockedIn(as_text(b[0], "backend", 64), as_text(b[1], "group", 256),
+                                      as_int(b[2], "op", 0, 1 << 62)) for b in blocked_raw[:MAX_BLOCKED_LISTED])
+            p2p = tuple(P2PWait(as_text(w[0], "backend", 64), as_text(w[1], "group", 256), as_int(w[2], "op", 0, 1 << 62),
+                                as_text(w[3], "p2p op", 8), as_int(w[4], "peer", -1, world_size))
+                        for w in p2p_raw[:MAX_BLOCKED_LISTED])
             working = data.get("working", False)
-            return cls(rank=int(data["rank"]), beat=int(data["beat"]), step=int(data["step"]), blocked=blocked,
-                       waited_seconds=waited if math.isfinite(waited) else 0.0, working=working is True, p2p=p2p)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return cls(rank=as_int(data.get("rank"), "rank", 0, world_size), beat=as_int(data.get("beat"), "beat", 0, 1 << 62),
+                       step=as_int(data.get("step"), "step", 0, 1 << 62), blocked=blocked,
+                       waited_seconds=as_finite(data.get("waited"), "waited", 0.0, 1e9), working=working is True,
+                       p2p=p2p)
+        except (BadValue, TypeError, KeyError, IndexError, AttributeError):
             return None
 
 
@@ -173,18 +181,40 @@ class ConsensusBoard:
         self.store.delete_key(notice_key(self.rank))
 
     def counters(self) -> tuple[int, int]:
-        """(ranks with a notice, changes so far): two small requests."""
-        return int(self.store.add(POSTED_KEY, 0)), int(self.store.add(CHANGES_KEY, 0))
+        """(ranks with a notice, changes so far): two small reads. A counter holding what ``add``
+        never writes (another store client's) is recounted from the notices and set again: an
+        ``add`` on it would cost the connection of every rank that posts."""
+        posted, changes = (_as_count(self.store.read(key)) for key in (POSTED_KEY, CHANGES_KEY))
+        if posted is None or changes is None:
+            notices = self._read_notices()
+            posted = sum(1 for n in notices.values() if n is not None)
+            changes = (changes or 0) + 1
+            self.store.set(POSTED_KEY, str(posted))
+            self.store.set(CHANGES_KEY, str(changes))
+        return posted, changes
+
+    def _read_notices(self) -> dict[int, OverrunNotice | None]:
+        keys = [notice_key(r) for r in range(self.world_size)]
+        out: dict[int, OverrunNotice | None] = {}
+        for rank, raw in enumerate(self.store.multi_get(keys)):
+            notice = OverrunNotice.from_json(raw, self.world_size)
+            out[rank] = notice if notice is not None and notice.rank == rank else None
+        return out
 
     def read_all(self) -> dict[int, OverrunNotice] | None:
-        """Every rank's notice (one request); None while some rank's key does not exist (its
-        watchdog has not started, or has stopped)."""
+        """Every rank's notice (reads that never wait); None while some rank's key does not exist
+        (its watchdog has not started, or has stopped)."""
         keys = [notice_key(r) for r in range(self.world_size)]
         if not self.store.check(keys):
             return None
-        notices: dict[int, OverrunNotice] = {}
-        for rank, raw in enumerate(self.store.multi_get(keys)):
-            notice = OverrunNotice.from_json(raw)
-            if notice is not None and notice.rank == rank:
-                notices[rank] = notice
-        return notices
+        return {rank: notice for rank, notice in self._read_notices().items() if notice is not None}
+
+
+def _as_count(raw: bytes | None) -> int | None:
+    """A counter's value as ``add`` writes it (0 when absent); None for anything else."""
+    if raw is None:
+        return 0
+    text = raw.strip()
+    if not text or len(text) > 18 or not text.lstrip(b"-").isdigit():
+        return None
+    return int(text)

@@ -22,6 +22,8 @@ from typing import Callable
 
 from lightning_ncclx.config import WatchdogConfig
 
+LONGEST_KEPT = 16
+
 
 class Phase(str, Enum):
     """What the rank was doing at its last heartbeat; each phase has its own threshold."""
@@ -77,9 +79,16 @@ class Heartbeat:
         self._seq = 0
         self._batches = 0
         self._in_sanity_check = False
-        self._step_times: deque[float] = deque(maxlen=max(1, config.auto.window))
+        self._step_times: deque[tuple[int, float]] = deque(maxlen=max(1, config.auto.window))
+        """(the seq its measure started at, seconds) of the recent steps."""
         self._steps_observed = 0
         self._longest_step = 0.0
+        self._longest: list[tuple[float, int]] = []
+        """The ``LONGEST_KEPT`` longest steps as (seconds, start seq), so one can be forgotten."""
+        self._step_start_seq = 0
+        self._stalled_seqs: set[int] = set()
+        """Heartbeats that a stall event was about and that recovered: the step around each is a
+        wait the event reported, not a step time (set by the watchdog thread)."""
         self._batch_start_time: float | None = None
         self._last_batch_end_time: float | None = None
         self._reported_seq = -1
@@ -95,6 +104,8 @@ class Heartbeat:
     def train_batch_start(self, global_step: int | None = None) -> None:
         phase = Phase.first_step if self._batches == 0 else Phase.train_step
         now = self._clock()
+        if self._last_batch_end_time is None:
+            self._step_start_seq = self._seq + 1
         self._batch_start_time = now
         self._seq += 1
         self._beat = Beat(phase, now, self._batches, global_step, self._seq)
@@ -104,15 +115,48 @@ class Heartbeat:
         if self._batches > 0:  # the first batch (compilation) says nothing about later steps
             start = self._last_batch_end_time if self._last_batch_end_time is not None else self._batch_start_time
             if start is not None:
-                step_time = max(0.0, now - start)
-                self._step_times.append(step_time)
-                self._longest_step = max(self._longest_step, step_time)
-                self._steps_observed += 1
+                self._record_step(max(0.0, now - start))
         self._batches += 1
         self._last_batch_end_time = now
         self._batch_start_time = None
         self._seq += 1
+        self._step_start_seq = self._seq
         self._beat = Beat(Phase.train_step, now, self._batches, global_step, self._seq)
+
+    def _record_step(self, seconds: float) -> None:
+        """Main thread. A step that held a recovered stall's heartbeat is no step time."""
+        stalled = self._stalled_seqs
+        if stalled:
+            if any(self._step_start_seq <= seq <= self._seq for seq in tuple(stalled)):
+                return
+            self._drop_stalled(tuple(stalled))
+        self._step_times.append((self._step_start_seq, seconds))
+        self._steps_observed += 1
+        if len(self._longest) < LONGEST_KEPT or seconds > self._longest[-1][0]:
+            self._longest = sorted(self._longest + [(seconds, self._step_start_seq)], reverse=True)[:LONGEST_KEPT]
+            self._longest_step = self._longest[0][0]
+
+    def _drop_stalled(self, seqs: tuple[int, ...]) -> None:
+        """Forget the steps already recorded around heartbeats that were recovered stalls."""
+        def held(start: int, end: int) -> bool:
+            return any(start <= seq <= end for seq in seqs)
+
+        steps = list(self._step_times)
+        kept = [(start, t) for i, (start, t) in enumerate(steps)
+                if not held(start, steps[i + 1][0] if i + 1 < len(steps) else self._seq)]
+        if len(kept) != len(steps):
+            self._step_times = deque(kept, maxlen=self._step_times.maxlen)
+        ends = {start: (steps[i + 1][0] if i + 1 < len(steps) else self._seq) for i, (start, _) in enumerate(steps)}
+        self._longest = [(t, start) for t, start in self._longest if not held(start, ends.get(start, start))]
+        self._longest_step = self._longest[0][0] if self._longest else 0.0
+        self._stalled_seqs = set()
+
+    def forget_stall(self, beat_seq: int) -> None:
+        """Watchdog thread, when a stall about heartbeat ``beat_seq`` recovered: that wait is not
+        a step time (else one recovered 12 s wait raises every threshold learned from steps for
+        the rest of the run; the consensus learns the wait per site instead). Applied by the main
+        thread at its next step end, so the training path takes no lock."""
+        self._stalled_seqs = self._stalled_seqs | {beat_seq}
 
     def sanity_check(self, running: bool) -> None:
         self._in_sanity_check = running
@@ -132,8 +176,16 @@ class Heartbeat:
         auto = self.config.auto
         if not auto.enabled or self._steps_observed < max(1, auto.warmup_steps) or not self._step_times:
             return None
-        learned = auto.multiplier * max(self._step_times)
+        learned = auto.multiplier * max(t for _, t in tuple(self._step_times))
         return min(self.config.train_step_seconds, max(auto.floor_seconds, learned))
+
+    def overrun_bar(self) -> float:
+        """How long a step must have run to be plain evidence that this rank is stuck: the
+        consensus rule (``multiplier`` x the slowest step, at least ``min_wait_seconds``), whether
+        or not the consensus is on or warmed up, never above the step threshold."""
+        consensus = self.config.consensus
+        bar = max(consensus.min_wait_seconds, consensus.multiplier * self._longest_step)
+        return min(bar, self.threshold(Phase.train_step))
 
     def consensus_wait(self) -> float | None:
         """How long a training step may run before this rank reports where it waits (see

@@ -15,9 +15,10 @@ Following (:meth:`EventParticipation.follow`, at every watchdog tick while an ev
   longer there next time);
 - with ``dump_and_exit`` the initiator ends the job only once the hang is **confirmed**: no
   recovery within the learned step threshold since the heartbeat the event was about (an
-  exception is confirmed at once). A rank obeys that exit order only while its own heartbeat is
-  at least as old as its own step threshold, so an order planted in the store can never end a
-  rank that is making progress.
+  exception is confirmed at once). A rank obeys that exit order only once its own step has run
+  for plain evidence of a hang (3x its slowest step, at least 2 s: the consensus rule), so an
+  order planted in the store can never end a rank that is making progress; without any order
+  it leaves alone only after its own step threshold and the collection have passed.
 """
 
 from __future__ import annotations
@@ -338,6 +339,7 @@ class EventParticipation:
         self.recovered_events += 1
         if opened.event.reason == "stall":
             rt.stall_events = max(0, rt.stall_events - 1)
+            rt.heartbeat.forget_stall(opened.beat_seq)
         seconds = lasted if lasted is not None else max(0.0, rt.clock() - opened.beat_time)
         log.warning("[rank %d] %s recovered after %.1f s: not a hang", rt.rank, opened.event.name, seconds)
         if opened.result is not None:
@@ -354,12 +356,13 @@ class EventParticipation:
         if not opened.exit_job:
             return  # ``dump`` never ends the job: an exit order here was not written by an initiator
         stuck_for = rt.clock() - beat.time
-        if not opened.raised and (beat.seq != opened.beat_seq or stuck_for < self._confirmation_bar()):
+        bar = rt.heartbeat.overrun_bar() if order is not None else self._confirmation_bar()
+        if not opened.raised and (beat.seq != opened.beat_seq or stuck_for < bar):
             if order is not None and not opened.notes:
                 opened.notes.append("deferred")
-                log.warning("[rank %d] %s: the job is to end (exit %s), but this rank's heartbeat is %.1f s old, "
-                            "under its %.1f s threshold: leaving once it is stuck that long", rt.rank,
-                            opened.event.name, order.code, stuck_for, self._confirmation_bar())
+                log.warning("[rank %d] %s: the job is to end (exit %s), but this rank's step has run %.1f s, under "
+                            "%.1f s (%.0fx its slowest step): leaving once it is stuck that long", rt.rank,
+                            opened.event.name, order.code, stuck_for, bar, rt.config.consensus.multiplier)
             return
         if order is None:
             if rt.clock() < opened.give_up_at:

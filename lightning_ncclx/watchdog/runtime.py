@@ -417,7 +417,9 @@ class WatchdogRuntime:
             log.warning("[rank %d] could not tell whether another rank started this process", self.rank,
                         exc_info=True)
         try:
-            self.coordinator.leaving(event, timeout_seconds=scaled(LEAVE_WAIT_SECONDS, self.world_size))
+            # the others leave once their own step overran (participation): wait that long too
+            wait = LEAVE_WAIT_SECONDS + self.heartbeat.overrun_bar()
+            self.coordinator.leaving(event, timeout_seconds=scaled(wait, self.world_size))
             if self.rank == 0:
                 self.coordinator.forget(event)
         except Exception:  # noqa: BLE001 - the store's host is already gone

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
+from lightning_ncclx.events.connection import StoreClient
+
 from lightning_ncclx.config import ConfigError, ConsensusConfig, NcclxConfig, WatchdogConfig
 from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_from_status
 from lightning_ncclx.dump.p2p_ops import P2PInFlight
@@ -48,7 +50,7 @@ class Job:
 
     def __init__(self, world: int = 3, **consensus: Any) -> None:
         self.clock = FakeClock(1000.0)
-        self.shared = dist.PrefixStore("test", dist.HashStore())
+        self.shared = StoreClient(dist.PrefixStore("test", dist.HashStore()))
         config = WatchdogConfig(consensus=ConsensusConfig(**{"warmup_steps": 3, **consensus}))
         self.heartbeats = [Heartbeat(config, clock=self.clock) for _ in range(world)]
         self.stores = [CountingStore(self.shared) for _ in range(world)]
@@ -294,13 +296,28 @@ def test_a_malformed_notice_counts_as_none(raw: bytes) -> None:
     assert OverrunNotice.from_json(raw) is None
 
 
-def test_a_notice_round_trips_and_a_nan_wait_is_read_as_zero() -> None:
+def test_a_notice_round_trips_and_one_with_a_number_out_of_range_is_refused() -> None:
+    """A notice is another process's bytes: NaN, 1e999 (an OverflowError from ``int`` once
+    switched consensus off for the rest of the run), floats for ints, lists where objects belong."""
     notice = OverrunNotice(rank=4, beat=17, step=12, blocked=(IN_ALLREDUCE, BlockedIn("nccl2", "0", 99)),
                            waited_seconds=3.25, working=True, p2p=(P2PWait("gloo", "2", 7, "recv", 3),))
     assert OverrunNotice.from_json(notice.to_json()) == notice
-    data = json.loads(notice.to_json())
-    data["waited"] = float("nan")
-    assert OverrunNotice.from_json(json.dumps(data)).waited_seconds == 0.0
+    text = notice.to_json()
+    for hostile in (text.replace('"waited": 3.25', '"waited": NaN'), text.replace('"beat": 17', '"beat": 1e999'),
+                    text.replace('"rank": 4', '"rank": 4.5'), text.replace(', 99]', ', 1e999]'),
+                    text.replace('"blocked": [', '"blocked": {"x": ['), "[" + text + "]", "{" * 5000):
+        assert OverrunNotice.from_json(hostile) is None, hostile[:80]
+    assert OverrunNotice.from_json(text, world_size=4) is None  # rank 4 of a 4-rank job
+
+
+def test_a_counter_another_client_planted_is_recounted_not_trusted() -> None:
+    job = Job()
+    job.shared.set("cs/posted", "not a number")
+    job.shared.set("cs/changes", "NaN")
+    board = job.detectors[0].board
+    assert board.counters() == (0, 1)
+    assert job.shared.read("cs/posted") == b"0"
+    assert job.shared.add("cs/posted", 1) == 1  # an add works again
 
 
 def test_a_notice_under_another_ranks_key_is_ignored() -> None:
