@@ -113,7 +113,7 @@ def test_a_running_two_rank_jobs_plugin_keys_are_under_the_plugin_prefix(tmp_pat
     assert plugin and all(k.startswith(PLUGIN_PREFIX) for k in plugin), plugin
     assert {"cs/rank/0", "cs/rank/1", "ev/1/meta"} <= {k[len(PLUGIN_PREFIX):] for k in plugin}, plugin
     assert any(k[len(PLUGIN_PREFIX):].startswith("procs/") for k in plugin), plugin
-    assert all(k.startswith(JOB_STORE_PREFIX) for k in seen), sorted(seen)
+    assert all(k.startswith((JOB_STORE_PREFIX, PLUGIN_PREFIX)) for k in seen), sorted(seen)
 
 
 # ---------------------------------------------------------------------------------- payloads

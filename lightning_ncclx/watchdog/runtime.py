@@ -461,9 +461,14 @@ class WatchdogRuntime:
         event = None
         try:
             self._ensure_armed()
-            event = self.coordinator.propose("exception")  # a concurrent event: joined, the exception in its dump
+            event = self._open_incident()
             if event is not None:
-                self._take_part(event, exception=text)
+                log.warning("[rank %d] %s raised while %s, which this rank already dumped for, is open: no second "
+                            "event", self.rank, text[:200], event.name)
+            else:
+                event = self.coordinator.propose("exception")  # a concurrent event: joined, the exception in its dump
+                if event is not None:
+                    self._take_part(event, exception=text)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] the exception dump failed", self.rank, exc_info=True)
         finally:
@@ -471,6 +476,14 @@ class WatchdogRuntime:
         opened = self.participation.open.get(event.number) if event is not None else None
         if opened is not None and opened.exit_job and self.running:
             self._await_exit(event)
+
+    def _open_incident(self) -> EventMeta | None:
+        """The stall or exception event this rank took part in that is still open (its peers'
+        failure and this rank's exception are one incident)."""
+        for opened in self.participation.open.values():
+            if opened.event.reason in ("stall", "exception"):
+                return opened.event
+        return None
 
     def _await_exit(self, event: EventMeta) -> None:
         """Main thread, after an exception with ``dump_and_exit``: the watchdog thread ends the
