@@ -183,7 +183,7 @@ def probe(args: argparse.Namespace) -> list[dict]:
 
 
 def _hook_cost(dist, torch, repeats: int, calls: int = 3000) -> tuple[list[float], list[float]]:
-    """us per 16-float all_reduce of a 1-rank gloo group without and with the point-to-point
+    """µs per 16-float all_reduce of a 1-rank gloo group without and with the point-to-point
     tracker's hooks on it, interleaved (medians of ``repeats`` runs of ``calls`` each)."""
     from lightning_ncclx.dump.p2p_ops import TRACKER
 

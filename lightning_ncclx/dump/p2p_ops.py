@@ -8,7 +8,7 @@ torch >= 2.15 calls Python hooks around every op of a ProcessGroup (``register_p
 until the op's ``Work`` completes. NCCL groups are never hooked: their recorders (legacy NCCL,
 nccl2's hook) record send and recv with their state.
 
-Cost: two Python calls per op of a hooked group that return at once for a collective (about 3 us
+Cost: two Python calls per op of a hooked group that return at once for a collective (about 3 µs
 each op on gloo, measured by ``bench/bench_consensus.py probe``); a send or recv adds one record.
 Completed records are dropped at the next send or recv and at every look, so a completed op's
 tensors are held at most until then; at most ``MAX_IN_FLIGHT`` records are kept.

@@ -46,7 +46,7 @@ def test_saving_gets_the_checkpoint_allowance() -> None:
 
 
 def test_ordinary_code_gets_no_allowance() -> None:
-    assert _frame_running_in("/home/me/train.py") is None
+    assert _frame_running_in("/home/user/train.py") is None
     assert _frame_running_in("/venv/site-packages/torch/distributed/distributed_c10d.py") is None
     assert phase_of_frames(None) is None
 
@@ -60,7 +60,7 @@ def _site_inside_hook(caller: str) -> str | None:
                  "    def on_train_batch_end(self):\n"
                  "        return upload()\n"
                  "def upload():\n"
-                 "    return site_of_frames(sys._getframe())\n", "/home/me/train.py", "exec"), user)
+                 "    return site_of_frames(sys._getframe())\n", "/home/user/train.py", "exec"), user)
     lightning = {}
     exec(compile(f"def {caller}(fn):\n    return fn()\n",
                  "/venv/site-packages/lightning/pytorch/trainer/call.py", "exec"), lightning)
@@ -69,7 +69,7 @@ def _site_inside_hook(caller: str) -> str | None:
 
 def test_a_site_names_the_lightning_hook_and_the_innermost_user_frame() -> None:
     assert _site_inside_hook("_call_callback_hooks") == (
-        "Callback.on_train_batch_end of Uploader at /home/me/train.py:5 in upload")
+        "Callback.on_train_batch_end of Uploader at /home/user/train.py:5 in upload")
     assert _site_inside_hook("_call_lightning_module_hook").startswith("LightningModule.on_train_batch_end of Uploader")
 
 
