@@ -12,10 +12,13 @@ which detector started the event (consensus or step threshold); whether the summ
 faulty rank. ``--compare-threshold`` runs each case again with consensus off (the step threshold
 alone: 10 x the slowest recent step, never below 30 s).
 
-``soak``: a healthy fit at the defaults for ``--minutes`` (noisy 0.5-1.5x steps, uneven data
-loaders, a validation every epoch where one rank spends 3 s in a batch while the others wait in
-its all_reduce, a checkpoint every epoch that rank 0 spends 4 s building while the others wait in
-its barrier). Counts events (must be 0) and the consensus notices the ranks posted (near misses).
+``soak``: a healthy fit at the defaults with ``dump_and_exit`` for ``--minutes`` (60): 1 s steps,
+uneven data loaders, a validation every epoch where one rank spends 3 s in a batch while the others
+wait in its all_reduce, a checkpoint every epoch that rank 0 spends 4 s building while the others
+wait in its barrier, an epoch-end user callback where rank 0 spends 3 s before a barrier, a 12 s
+wait of rank 0 in a user callback's ``on_train_batch_end`` every 5 min (a synchronous upload) and a
+10 s stall of one rank's data loader every 7 min. Counts the events, those marked recovered and
+those left standing (must be 0), and the exit status (must be 0).
 
 ``probe``: what one look at "where does this rank wait" costs on the watchdog thread, in a
 1-rank gloo group whose recorder holds ``--entries`` entries: ``blocked_collectives()`` (the
@@ -25,7 +28,7 @@ each collective (all_reduce with and without them, interleaved).
 
     python bench/bench_consensus.py detect [--ranks 3,8] [--strategies ddp_ncclx,fsdp_ncclx,fsdp2_ncclx]
         [--faults stuck_train,stuck_loader,skip_collective,other_collective,stuck_pipeline] [--compare-threshold]
-    python bench/bench_consensus.py soak [--minutes 20] [--ranks 4]
+    python bench/bench_consensus.py soak [--minutes 60] [--ranks 4]
     python bench/bench_consensus.py probe [--entries 20000]
 """
 
@@ -119,24 +122,37 @@ def detect(args: argparse.Namespace) -> list[dict]:
 def soak(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="ncclx-soak-") as tmp:
         work = Path(tmp)
-        argv = [sys.executable, str(JOB), "--fault", "soak", "--fault-rank", "1", "--at-batch", "0",
+        argv = [sys.executable, str(JOB), "--fault", "soak_waits", "--fault-rank", "1", "--at-batch", "0",
                 "--devices", str(args.ranks), "--dump-dir", str(work / "dumps"), "--strategy", "ddp_ncclx",
-                "--step-sleep", "1.0", "--step-noise", "0.5", "--watchdog-defaults", "--poll-interval", "0.5",
-                "--max-minutes", str(args.minutes), "--epoch-size", str(args.epoch_size)]
+                "--step-sleep", "1.0", "--step-noise", str(args.step_noise), "--watchdog-defaults",
+                "--on-stall", "dump_and_exit", "--max-minutes", str(args.minutes), "--epoch-size", str(args.epoch_size),
+                "--wait-every", str(args.wait_every), "--wait-seconds", str(args.wait_seconds),
+                "--loader-stall-every", str(args.loader_stall_every), "--loader-stall-seconds",
+                str(args.loader_stall_seconds), "--hook-seconds", "3"]
         started = time.monotonic()
         done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True,
-                              timeout=args.minutes * 60 + 600, start_new_session=True)
-        events = sorted(p.name for p in (work / "dumps").rglob("*") if p.is_dir()
-                        and p.name.startswith(("stall-", "ondemand-", "exception-")))
+                              timeout=args.minutes * 60 + 900, start_new_session=True)
+        folders = sorted(p for p in (work / "dumps").iterdir() if p.is_dir()
+                         and p.name.startswith(("stall-", "ondemand-", "exception-")))
+        recovered, standing = [], []
+        for folder in folders:
+            try:
+                recovery = json.loads((folder / "collection.json").read_text()).get("recovery") or {}
+            except (OSError, ValueError):
+                recovery = {}
+            (recovered if recovery.get("recovered") else standing).append(
+                {"event": folder.name, "lasted_s": recovery.get("lasted_seconds")})
         posts = [int(n) for n in re.findall(r"consensus: (\d+) report\(s\) posted", done.stderr)]
-        batches = re.findall(r"Epoch (\d+)", done.stderr)
     row = {"ranks": args.ranks, "minutes": round((time.monotonic() - started) / 60, 1), "exit": done.returncode,
-           "events": events, "reports_posted_per_rank": posts,
-           "epochs": max((int(b) for b in batches), default=None), "stall_lines": done.stderr.count("stall:")}
+           "events": len(folders), "recovered": recovered, "standing": standing,
+           "hook_waits": done.stderr.count("soak: hook wait"), "loader_stalls": done.stderr.count("soak: loader stall"),
+           "notices_posted_per_rank": posts, "stall_lines": done.stderr.count("stall:")}
     print(json.dumps(row))
     if done.returncode != 0:
         print(done.stderr[-3000:])
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; {args.ranks} ranks, {row['minutes']} min")
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+          f"{args.ranks} ranks, {row['minutes']} min at the defaults, dump_and_exit")
+    print(f"events {row['events']}: {len(recovered)} recovered, {len(standing)} standing; exit status {row['exit']}")
     return [row]
 
 
@@ -216,9 +232,14 @@ def main() -> int:
     d.add_argument("--at-batch", type=int, default=25, help="after the 20-step warm-up of the learned threshold")
     d.add_argument("--json", type=Path, default=None)
     s = sub.add_parser("soak")
-    s.add_argument("--minutes", type=float, default=20.0)
+    s.add_argument("--minutes", type=float, default=60.0)
     s.add_argument("--ranks", type=int, default=4)
     s.add_argument("--epoch-size", type=int, default=120)
+    s.add_argument("--step-noise", type=float, default=0.1)
+    s.add_argument("--wait-every", type=float, default=300.0, help="rank 0's hook wait every this many seconds")
+    s.add_argument("--wait-seconds", type=float, default=12.0)
+    s.add_argument("--loader-stall-every", type=float, default=420.0)
+    s.add_argument("--loader-stall-seconds", type=float, default=10.0)
     s.add_argument("--json", type=Path, default=None)
     pr = sub.add_parser("probe")
     pr.add_argument("--entries", type=int, default=20000)

@@ -155,15 +155,19 @@ class Consensus:
             return False
         return (cpu - previous[1]) / (now - previous[0]) >= WORKING_CPU_SHARE
 
-    def _expected_longer(self, waited: float) -> bool:
+    def _expected_longer(self, waited: float, beat_seq: int) -> bool:
         """Compiling or saving (a long step is expected), or at a site where a wait this long
-        recovered before."""
+        recovered before. A step that waits at such a site is no step time (the heartbeat
+        forgets it): else one learnt wait would raise every wait learnt from steps."""
         if self._main_thread_phase() is not None:
             return True
         if not self._learned:
             return False
         learned = self.learned_wait(self.site_now())
-        return learned is not None and waited <= learned
+        if learned is not None and waited <= learned:
+            self.heartbeat.forget_stall(beat_seq)
+            return True
+        return False
 
     def _update_notice(self) -> None:
         working = self._main_thread_working()
@@ -174,7 +178,7 @@ class Consensus:
         if posted is not None and posted.beat != beat.seq:
             self.board.withdraw()
             posted = None
-        if wait is None or beat.phase is not Phase.train_step or waited <= wait or self._expected_longer(waited):
+        if wait is None or beat.phase is not Phase.train_step or waited <= wait or self._expected_longer(waited, beat.seq):
             if posted is not None:
                 self.board.withdraw()
             return

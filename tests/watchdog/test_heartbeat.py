@@ -172,3 +172,32 @@ def test_teardown_has_its_own_threshold() -> None:
     clock[0] += 2.0
     stall = hb.check()
     assert stall is not None and stall.phase is Phase.teardown
+
+
+@pytest.mark.parametrize("forget_before_the_step_ends", [True, False])
+def test_a_recovered_stalls_step_is_no_step_time(forget_before_the_step_ends: bool) -> None:
+    """One 12 s wait that an event reported and that recovered must not raise the learned step
+    threshold, the consensus wait and the overrun bar for the rest of the run."""
+    hb, clock = make(auto=True, train_step_seconds=300.0, consensus={"warmup_steps": 3})
+    run_steps(hb, clock, 6, 1.0)
+    assert hb.consensus_wait() == pytest.approx(3.0) and hb.overrun_bar() == pytest.approx(3.0)
+    hb.train_batch_start()
+    stalled = hb.last.seq  # the heartbeat the event was about
+    clock.now += 12.0
+    if forget_before_the_step_ends:
+        hb.forget_stall(stalled)
+        hb.train_batch_end()
+    else:
+        hb.train_batch_end()
+        hb.forget_stall(stalled)
+        run_steps(hb, clock, 1, 1.0)  # the main thread applies it at its next step end
+    assert hb.consensus_wait() == pytest.approx(3.0)
+    assert hb.auto_threshold() == pytest.approx(3.0)
+    assert hb.overrun_bar() == pytest.approx(3.0)
+
+
+def test_without_a_recovery_a_long_step_counts() -> None:
+    hb, clock = make(auto=True, train_step_seconds=300.0, consensus={"warmup_steps": 3})
+    run_steps(hb, clock, 6, 1.0)
+    run_steps(hb, clock, 1, 12.0)
+    assert hb.consensus_wait() == pytest.approx(36.0) and hb.auto_threshold() == pytest.approx(36.0)

@@ -26,7 +26,12 @@ while the others wait in the checkpoint's barrier), ``slow_epoch_end_hooks`` (at
 barrier there: a user callback's ``on_train_epoch_end`` (rank 0 sleeps), the module's (rank 1 computes), a user
 ``Checkpoint`` callback's ``on_validation_end`` (rank 2 sleeps), the module's (rank 0 sleeps)), ``busy_rank0_hook`` (after batch ``--at-batch``
 rank 0 computes for 4 s in ``on_train_batch_end`` while the others wait in a barrier), ``soak`` (all of these but the slow rank at
-once: uneven loaders, a slow validation batch with a sync and a slow checkpoint every epoch).
+once: uneven loaders, a slow validation batch with a sync and a slow checkpoint every epoch),
+``soak_waits`` (``soak``, plus waits that end: every ``--wait-every`` s rank 0 waits
+``--wait-seconds`` in a user callback's ``on_train_batch_end`` (a synchronous upload) while the others
+wait in the next step's all_reduce, every ``--loader-stall-every`` s the fault rank's loader stalls
+``--loader-stall-seconds`` once (a network filesystem hiccup), and at every epoch end a user
+callback's barrier after rank 0 spends ``--hook-seconds`` there).
 """
 
 from __future__ import annotations
@@ -85,6 +90,10 @@ def parse() -> argparse.Namespace:
                    help="no all_reduce of the job's own in training_step: the ranks wait in the strategy's collectives")
     p.add_argument("--validation-seconds", type=float, default=10.0)
     p.add_argument("--hook-seconds", type=float, default=4.0, help="slow_epoch_end_hooks: seconds in each hook")
+    p.add_argument("--wait-every", type=float, default=300.0, help="soak_waits: seconds between rank 0's hook waits")
+    p.add_argument("--wait-seconds", type=float, default=12.0, help="soak_waits: rank 0's wait in on_train_batch_end")
+    p.add_argument("--loader-stall-every", type=float, default=420.0, help="soak_waits: seconds between loader stalls")
+    p.add_argument("--loader-stall-seconds", type=float, default=10.0, help="soak_waits: one rank's loader stall")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute' in every training step")
     p.add_argument("--consensus-warmup", type=int, default=ConsensusConfig().warmup_steps)
     p.add_argument("--consensus-min-wait", type=float, default=ConsensusConfig().min_wait_seconds)
@@ -122,9 +131,25 @@ class Data(Dataset):
             time.sleep(FOREVER)
         if a.fault == "healthy_slow" and self.calls - 1 == a.batches:
             time.sleep(4.5)  # the second epoch's first batch (workers starting): slower than a step
-        if a.fault in ("uneven_loader", "soak", "slow_rank"):
+        if a.fault in ("uneven_loader", "soak", "slow_rank", "soak_waits"):
             time.sleep(self.rng.uniform(0.0, a.step_sleep))
+        if a.fault == "soak_waits" and rank() == a.fault_rank and _due("loader", a.loader_stall_every):
+            print(f"[rank {rank()}] soak: loader stall of {a.loader_stall_seconds:g} s", file=sys.stderr, flush=True)
+            time.sleep(a.loader_stall_seconds)  # a network filesystem hiccup: the batch comes, late
         return torch.randn(4)
+
+
+_LAST: dict[str, float] = {}
+
+
+def _due(what: str, every: float) -> bool:
+    """True once every ``every`` seconds of this process's run (not at its start)."""
+    now = time.monotonic()
+    last = _LAST.setdefault(what, now)
+    if now - last >= every:
+        _LAST[what] = now
+        return True
+    return False
 
 
 def hold(how: str, seconds: float) -> None:
@@ -148,6 +173,23 @@ def slow_hook(module: "Model", holder: int, how: str) -> None:
 
 class SlowEpochEnd(Callback):
     """A user's epoch-end callback (listed before the watchdog): rank 0 uploads, the others wait."""
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        slow_hook(pl_module, 0, "sleep")
+
+
+class PeriodicUpload(Callback):
+    """A user's callback: every ``--wait-every`` s rank 0 uploads synchronously for
+    ``--wait-seconds`` after a batch; the others go on into the next step and wait for it there."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        if rank() == 0 and _due("upload", pl_module.args.wait_every):
+            print(f"[rank 0] soak: hook wait of {pl_module.args.wait_seconds:g} s", file=sys.stderr, flush=True)
+            time.sleep(pl_module.args.wait_seconds)
+
+
+class BarrierAtEpochEnd(Callback):
+    """A user's epoch-end callback: rank 0 spends ``--hook-seconds``, then every rank meets at a barrier."""
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:  # noqa: ANN001
         slow_hook(pl_module, 0, "sleep")
@@ -278,7 +320,8 @@ class Model(LightningModule):
             time.sleep(0.5)  # long enough for the new watchdog thread to poll the store a few times
         if self.args.fault == "healthy_slow" and batch_idx == 0 and not self.trainer.sanity_checking:
             time.sleep(5.0)  # longer than train_step_seconds, shorter than validation_seconds
-        if self.args.fault in ("slow_val_sync", "soak") and not self.trainer.sanity_checking and self.sub is not None:
+        if self.args.fault in ("slow_val_sync", "soak", "soak_waits") and not self.trainer.sanity_checking \
+                and self.sub is not None:
             if rank() == self.args.fault_rank and batch_idx == 0 and self.global_step > self.args.at_batch:
                 time.sleep(3.0)
             dist.all_reduce(torch.ones(1), group=self.sub)  # the others wait here meanwhile
@@ -286,7 +329,7 @@ class Model(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.args.fault == "healthy_slow":
             time.sleep(4.5)  # longer than train_step_seconds, shorter than checkpoint_seconds
-        if self.args.fault in ("slow_checkpoint_rank0", "soak") and rank() == 0:
+        if self.args.fault in ("slow_checkpoint_rank0", "soak", "soak_waits") and rank() == 0:
             time.sleep(4.0)  # the others wait in the checkpoint's barrier meanwhile
 
     def state_dict(self, *args, **kwargs):
@@ -322,6 +365,8 @@ def main() -> int:
         cfg = WatchdogConfig(on_stall=StallAction(args.on_stall), consensus=ConsensusConfig(enabled=not args.no_consensus))
     dump_dir = os.path.join(args.dump_dir, f"node{local}") if args.node_local else args.dump_dir
     callbacks: list = [SlowEpochEnd(), SlowCheckpointHook()] if args.fault == "slow_epoch_end_hooks" else []
+    if args.fault == "soak_waits":
+        callbacks += [PeriodicUpload(), BarrierAtEpochEnd()]
     if args.strategy in ("ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx"):
         import lightning_ncclx  # noqa: F401 - registers the strategy names
         from lightning_ncclx.config import FlightRecorderConfig, NcclxConfig, TimeoutConfig
@@ -342,7 +387,7 @@ def main() -> int:
         callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))  # after the user's callbacks, as they are usually listed
     if args.fault == "healthy_slow":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
-    if args.fault == "soak":
+    if args.fault in ("soak", "soak_waits"):
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
     if args.fault == "slow_checkpoint_rank0":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=-1, monitor=None,
@@ -358,7 +403,7 @@ def main() -> int:
         val_check_interval=args.at_batch + 2 if args.fault == "slow_val_sync" else None,
         callbacks=callbacks, enable_progress_bar=False,
         logger=CSVLogger(os.path.join(args.dump_dir, "logs"), name="job") if args.csv_logger else False, enable_model_summary=False,
-        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak", "slow_epoch_end_hooks"), default_root_dir=args.root_dir or args.dump_dir,
+        enable_checkpointing=args.fault in ("healthy_slow", "slow_state_dict", "slow_checkpoint_rank0", "soak", "soak_waits", "slow_epoch_end_hooks"), default_root_dir=args.root_dir or args.dump_dir,
     )
     loader = DataLoader(Data(args, max(64, args.epoch_size)), batch_size=1, shuffle=False)
     val = DataLoader(Data(argparse.Namespace(fault="none"), 8), batch_size=1)
