@@ -74,6 +74,7 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     started = time.monotonic()
     done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=900,
                           start_new_session=True)
+    ended = time.time()
     summary_path = dump_dir / "stall-001" / "summary.json"
     row = {"ranks": ranks, "strategy": strategy, "fault": fault, "consensus": consensus, "exit": done.returncode,
            "wall_s": round(time.monotonic() - started, 1)}
@@ -84,6 +85,7 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     detection = next((c.get("detection") for c in initiator if c.get("reason") == "stall"), None) or {}
     return {**row, "detected_by": detection.get("by"),
             "summary_after_fault_s": round(summary_path.stat().st_mtime - marker.stat().st_mtime, 2),
+            "exit_after_fault_s": round(ended - marker.stat().st_mtime, 1),
             "culprit_ranks": summary.get("culprit_ranks"), "expected": culprit, "hang_kind": summary.get("hang_kind"),
             "culprit_right": summary.get("culprit_ranks") == [culprit]}
 
@@ -103,13 +105,14 @@ def detect(args: argparse.Namespace) -> list[dict]:
                         rows.append(row)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}; steps of 0.9-1.1 s, every watchdog setting at its default")
-    print("\n| ranks | strategy | fault | summary after fault (s) | detected by | culprit (expected) | right | hang kind |"
-          + (" step threshold only (s) |" if args.compare_threshold else ""))
-    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.compare_threshold else ""))
+    print("\n| ranks | strategy | fault | summary after fault (s) | job ended after fault (s), status | detected by | "
+          "culprit (expected) | right | hang kind |" + (" step threshold only (s) |" if args.compare_threshold else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if args.compare_threshold else ""))
     for on in (r for r in rows if r["consensus"]):
         off = next((r for r in rows if not r["consensus"] and (r["ranks"], r["strategy"], r["fault"])
                     == (on["ranks"], on["strategy"], on["fault"])), {})
         print(f"| {on['ranks']} | {on['strategy']} | {on['fault']} | {on.get('summary_after_fault_s', 'n/a')} | "
+              f"{on.get('exit_after_fault_s', 'n/a')}, {on.get('exit')} | "
               f"{on.get('detected_by')} | {on.get('culprit_ranks')} ({on.get('expected')}) | "
               f"{'yes' if on.get('culprit_right') else 'NO'} | {on.get('hang_kind')} |"
               + (f" {off.get('summary_after_fault_s', 'n/a')} |" if args.compare_threshold else ""))
