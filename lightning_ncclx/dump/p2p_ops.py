@@ -19,6 +19,7 @@ batch starts, teardown), never while another thread may be inside one of the gro
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -122,12 +123,18 @@ class P2PTracker:
         self._hooked: dict[int, tuple[weakref.ref, _GroupHooks]] = {}
         self._known_groups = -1
         self._failures = 0
+        self._exit_hook = False
 
     # ------------------------------------------------------------------ main thread, between steps
     def attach(self) -> int:
         """Hook every gloo group not hooked yet; cheap when no group was created since the last
         call. Returns how many groups are hooked. Never raises."""
         self.active = True
+        if not self._exit_hook:
+            # hooks left on a group (after an exception) would be called or released by torch's
+            # C++ after Python has finalized, and crash the process (SIGSEGV) as it exits
+            atexit.register(self.detach)
+            self._exit_hook = True
         try:
             return self._attach_new()
         except Exception:  # noqa: BLE001

@@ -106,6 +106,8 @@ class WatchdogRuntime:
         self._exit_fn = exit_fn or _hard_exit
         self._event_lock = threading.Lock()
         self._stop = threading.Event()
+        self._exiting = threading.Event()
+        """Set once the thread leaves the job with an event's status (``exit_job``)."""
         self._signal_requested = False
         self._wakeup = SignalWakeup(config.on_demand_signal)
         self._native = NativeStackTimer(self.dump_dir, self.rank)
@@ -430,6 +432,7 @@ class WatchdogRuntime:
 
     def exit_job(self, event: EventMeta, exit_code: int) -> None:
         log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name, exit_code)
+        self._exiting.set()
         self._stop.set()
         self.leave(event)
         self._exit_fn(exit_code)
@@ -463,6 +466,7 @@ class WatchdogRuntime:
             self._ensure_armed()
             event = self._open_incident()
             if event is not None:
+                self.participation.open[event.number].raised = True  # no longer making progress
                 log.warning("[rank %d] %s raised while %s, which this rank already dumped for, is open: no second "
                             "event", self.rank, text[:200], event.name)
             else:
@@ -493,6 +497,9 @@ class WatchdogRuntime:
         while event.number in self.participation.open and self._clock() < deadline and self.running:
             self._wakeup.wake()
             self._stop.wait(self.config.poll_interval_seconds)
+        if self._exiting.is_set():  # the thread is leaving with the event's status: this exception must not win
+            time.sleep(scaled(LEAVE_WAIT_SECONDS + PARENT_EXIT_WAIT_SECONDS + self.heartbeat.overrun_bar(),
+                              self.world_size))
 
 
 def _wait_for_reparenting(parent_pid: int, timeout_seconds: float, poll_seconds: float = 0.05) -> bool:

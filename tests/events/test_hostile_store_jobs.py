@@ -24,6 +24,9 @@ from support import clean_env, free_port, kill_session, start_job
 JOB = Path(__file__).resolve().parents[1] / "watchdog" / "jobs" / "train_job.py"
 WORLD = 2
 JOB_SECONDS = 180
+LEGACY_PREFIX = "default_pg/0//lightning_ncclx/"
+"""Where 0.1.0 kept the plugin's keys (under torch's default-group prefix): planting there too
+makes these tests show each defect on that code as well; the plugin ignores those keys now."""
 
 
 class WroteOutsideDumpDir(AssertionError):
@@ -53,11 +56,15 @@ def test_a_planted_event_named_with_dot_dot_writes_nothing_outside_dump_dir(tmp_
     before = sandbox.snapshot()
     proc, port = _start(tmp_path, sandbox, "--batches", "40", "--step-sleep", "0.2")
     try:
-        with HostileStore("127.0.0.1", port, timeout_seconds=60) as hostile:
-            assert hostile.wait_for(_every_watchdog_started(hostile), JOB_SECONDS), (tmp_path / "job.log").read_text()
-            hostile.set("ev/1/meta", json.dumps({"name": "../escaped", "reason": "on_demand", "initiator": 0}))
-            for rank in range(WORLD):
-                hostile.set(f"bell/{rank}", "1")  # the doorbells: every rank looks at ev/1 now
+        with HostileStore("127.0.0.1", port, timeout_seconds=60) as hostile, \
+                HostileStore("127.0.0.1", port, prefix=LEGACY_PREFIX, timeout_seconds=60) as legacy:
+            assert hostile.wait_for(lambda names: _every_watchdog_started(hostile)(names)
+                                    or _every_watchdog_started(legacy)(legacy.names()), JOB_SECONDS), \
+                (tmp_path / "job.log").read_text()
+            for client in (hostile, legacy):
+                client.set("ev/1/meta", json.dumps({"name": "../escaped", "reason": "on_demand", "initiator": 0}))
+                for rank in range(WORLD):
+                    client.set(f"bell/{rank}", "1")  # the doorbells: every rank looks at ev/1 now
         code = proc.wait(timeout=JOB_SECONDS)
     finally:
         kill_session(proc)
@@ -69,7 +76,24 @@ def test_a_planted_event_named_with_dot_dot_writes_nothing_outside_dump_dir(tmp_
         raise WroteOutsideDumpDir(f"written outside {sandbox.dump_dir}: {outside[:20]}")
 
 
-def _plant_during_the_event(hostile: HostileStore, world: int, seed: int, stop: "threading.Event") -> list[str]:
+class _Both:
+    """The same writes under the plugin's keys and under 0.1.0's (see ``LEGACY_PREFIX``)."""
+
+    def __init__(self, *clients: HostileStore) -> None:
+        self.clients = clients
+
+    def exists(self, name: str) -> bool:
+        return any(c.exists(name) for c in self.clients)
+
+    def try_set(self, name: str, value: bytes | str) -> bool:
+        return all([c.try_set(name, value) for c in self.clients])
+
+    def delete(self, name: str) -> None:
+        for client in self.clients:
+            client.delete(name)
+
+
+def _plant_during_the_event(hostile: "_Both", world: int, seed: int, stop: "threading.Event") -> list[str]:
     """From the moment ``ev/1/meta`` appears until ``stop``: crafted and random values under
     every key of the protocol the honest ranks do not own (their announcements and dumps are
     theirs), keys deleted under them, bells rung. Returns what was planted (for the failure text)."""
@@ -131,8 +155,10 @@ def test_a_hostile_client_during_a_real_event_changes_nothing_the_honest_ranks_d
     stop = threading.Event()
     planted: list[str] = []
     try:
-        with HostileStore("127.0.0.1", port, timeout_seconds=60) as hostile:
-            worker = threading.Thread(target=lambda: planted.extend(_plant_during_the_event(hostile, world, 26, stop)))
+        with HostileStore("127.0.0.1", port, timeout_seconds=60) as hostile, \
+                HostileStore("127.0.0.1", port, prefix=LEGACY_PREFIX, timeout_seconds=60) as legacy:
+            both = _Both(hostile, legacy)
+            worker = threading.Thread(target=lambda: planted.extend(_plant_during_the_event(both, world, 26, stop)))
             worker.start()
             try:
                 code = proc.wait(timeout=JOB_SECONDS)
@@ -152,3 +178,52 @@ def test_a_hostile_client_during_a_real_event_changes_nothing_the_honest_ranks_d
     assert [p.name for p in stalls] == ["stall-001"], detail
     summary = json.loads((stalls[0] / "summary.json").read_text())
     assert summary["culprit_ranks"] == [fault_rank], detail
+
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("planted", ["[1, 2]", "not json", '{"host": "..", "files": ["../x"], "folder": "/"}'])
+def test_a_bad_announcement_for_a_dead_rank_costs_only_that_rank(tmp_path: Path, planted: str) -> None:
+    """Rank 2 is SIGKILLed mid-step; a store client writes a value where rank 2's announcement
+    belongs. Before, a non-JSON value marked every other rank missing and a list raised out of the
+    initiator's summary (the event never closed, no rank exited). Now: ranks 0 and 1 are
+    summarized, rank 2 is named gone, the value is listed as refused, the other rank leaves with 75
+    (the one whose exception started the event, with its exception), and none crashes on the way out."""
+    sandbox = Sandbox.create(tmp_path)
+    before = sandbox.snapshot()
+    port = free_port()
+    procs = []  # every rank by hand: no launcher that kills the job when rank 2 dies
+    for rank in range(3):
+        env = clean_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "LOCAL_RANK": str(rank), "NODE_RANK": "0",
+                         "WORLD_SIZE": "3", "OMP_NUM_THREADS": "1", **sandbox.env()})
+        argv = [sys.executable, str(JOB), "--dump-dir", str(sandbox.dump_dir), "--devices", "3",
+                "--strategy", "ddp_ncclx", "--fault", "die", "--fault-rank", "2"]
+        procs.append(start_job(argv, env=env, cwd=tmp_path, log=tmp_path / f"rank{rank}.log"))
+    try:
+        clients = [HostileStore("127.0.0.1", port, timeout_seconds=60),
+                   HostileStore("127.0.0.1", port, prefix=LEGACY_PREFIX, timeout_seconds=60)]
+        try:
+            # planted as soon as the watchdogs registered, long before the event: the gather reads it
+            deadline = time.monotonic() + JOB_SECONDS
+            while not any(c.names("procs/") for c in clients) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for client in clients:
+                client.set("ev/1/rank/2", planted)
+            codes = [p.wait(timeout=JOB_SECONDS) for p in procs[:2]]
+        finally:
+            for client in clients:
+                client.close()
+    finally:
+        for p in procs:
+            kill_session(p)
+            p.wait()
+    log = "\n".join((tmp_path / f"rank{r}.log").read_text(errors="replace") for r in range(3))
+    # both collectives raise; the rank whose exception event won leaves with its exception (1), the other with 75
+    assert sorted(codes) in ([1, 75], [75, 75]), f"{codes}\n{log[-5000:]}"
+    events = [p for p in sandbox.dump_dir.iterdir() if p.name.startswith(("stall-", "exception-"))]
+    assert len(events) == 1, f"{events}\n{log[-5000:]}"
+    collection = json.loads((events[0] / "collection.json").read_text())
+    assert collection["dumped_ranks"] == [0, 1] and collection["missing_ranks"] == [2], collection
+    assert any("rank 2" in line for line in collection.get("refused", [])), collection
+    assert json.loads((events[0] / "summary.json").read_text())["culprit_ranks"] == [2]
+    assert sandbox.written_outside(before, allowed=[sandbox.home / ".cache"]) == [], log[-3000:]
