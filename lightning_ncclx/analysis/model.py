@@ -141,6 +141,9 @@ class RankTrace:
     rank_from: str = ""
     """Where ``rank`` came from: ``content``, ``context``, ``layout``, ``file name``, ``folder name``."""
     comm_lib_version: str = ""
+    cut: tuple[str, ...] = ()
+    """What of the file was not read, past the reader's bounds ("it holds 383,781 entries; the
+    newest 65,536 were read"): the summary's notes repeat it."""
 
 
 @dataclass(frozen=True)
