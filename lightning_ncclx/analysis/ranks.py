@@ -53,8 +53,16 @@ def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: i
 
 
 MAX_MISSING_ROWS = 1000
-"""Rows for ranks without a dump beyond the culprits: a folder with 8 dumps of a 100k-rank job
-lists 1000 of the others (``ranks_missing`` has them all)."""
+"""Rows for ranks without a dump, culprits first: a folder with 8 dumps of a 100k-rank job lists
+1000 of the others (``ranks_missing`` has them all)."""
+MAX_LISTED = 1000
+"""Culprits whose state (and signature) a finding lists one by one; its ``ranks`` has them all."""
+
+
+def listed(ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """The ranks of a finding that get a state of their own (a 100k-rank group that left 3 dumps
+    must not build 100k of them)."""
+    return ranks[:MAX_LISTED]
 
 
 class RankStates(Mapping[int, CulpritState]):
@@ -84,11 +92,13 @@ class RankStates(Mapping[int, CulpritState]):
 def rank_rows(seen: tuple[int, ...], missing: tuple[int, ...], by_lib: Mapping[str, Mapping[int, RankTrace]],
               states: Mapping[int, CulpritState], contexts: Mapping[int, RankContext],
               keep: tuple[int, ...] = ()) -> tuple[RankRow, ...]:
-    """One row per dumped rank, per rank in ``keep`` (culprits), and per missing rank up to
-    :data:`MAX_MISSING_ROWS`."""
-    listed = set(seen) | {r for r in keep if r in missing} | set(sorted(missing)[:MAX_MISSING_ROWS])
+    """One row per dumped rank, per rank in ``keep`` (culprits, up to :data:`MAX_LISTED` of them
+    without a dump), and per missing rank up to :data:`MAX_MISSING_ROWS`."""
+    absent = set(missing)
+    culprits = sorted({r for r in keep if r in absent})[:MAX_LISTED]
+    others = sorted(missing)[:MAX_MISSING_ROWS]
     rows = []
-    for r in sorted(listed):
+    for r in sorted(set(seen) | set(culprits) | set(others)):
         st = states.get(r) or culprit_state(r, by_lib, {})
         ctx = contexts.get(r)
         rows.append(RankRow(r, ctx.host if ctx else None, st.state, st.detail, st.location, timeline(r, by_lib)))

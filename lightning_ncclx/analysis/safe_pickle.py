@@ -43,8 +43,8 @@ def safe_loads(raw: bytes) -> Any:
     except (pickle.UnpicklingError, EOFError) as exc:
         raise DumpReadError(f"not a valid pickle ({exc or 'truncated'})") from None
     except MemoryError:
-        raise DumpReadError("not a valid pickle: it needs more than the memory cap to load (hostile or "
-                            "corrupt)") from None
+        raise DumpReadError("not a valid pickle, or too large: it needs more than the memory cap to load (hostile, "
+                            "corrupt, or a dump too large to decode whole)") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
             RecursionError, UnicodeDecodeError) as exc:
         raise DumpReadError(f"not a valid pickle ({type(exc).__name__}: {exc})") from None
