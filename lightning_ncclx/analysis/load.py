@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import gc
 import gzip
-import hashlib
 import io
 import json
 import os
 import sys
 import zlib
-from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from lightning_ncclx.analysis import json_stream
-from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, sniff
+from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, refusal, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
+from lightning_ncclx.analysis.members import MembershipsSent, SharedMemberships
 from lightning_ncclx.analysis.parse import MAX_ENTRIES, MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
 from lightning_ncclx.analysis.safe_read import (DECODE_BUDGET_BYTES, MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES,
-                                                bounded_memory, human_bytes, read_regular)
+                                                SNIFF_BYTES, bounded_memory, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
 from lightning_ncclx.layout import COLLECTION_FILE
 
@@ -49,6 +48,9 @@ def read_candidate(c: Candidate) -> RankTrace | Unreadable:
     gc.disable()  # a dump is thousands of acyclic containers: the collector only costs time here
     try:
         held = [read_regular(c.path, MAX_TRACE_BYTES, "dump")]
+        refused = None if c.fmt else refusal(held[0][:SNIFF_BYTES])
+        if refused is not None:
+            return (NotADump if refused[0] else Unreadable)(c.path, refused[1])
         with bounded_memory(max(DECODE_BUDGET_BYTES - len(held[0]), 64 << 20)):
             try:
                 data, fmt, total = _decode(held)
@@ -114,59 +116,19 @@ def _decode_plain(held: list[bytes]) -> tuple[object, str, int]:
     return safe_loads(held.pop()), "pickle", 0
 
 
-class _RankTuples:
-    """One tuple object per distinct group membership. Every rank's dump repeats every group's
-    ranks (16,384 ranks: 16,384 copies of a 16,384-number list); shared, they are stored,
-    hashed and compared once. Workers send each membership once (see :func:`_read_packed`)."""
-
-    def __init__(self) -> None:
-        self._by_digest: dict[bytes, tuple[int, ...]] = {}
-
-    def _shared(self, ranks: Sequence[int] | array | bytes) -> tuple[int, ...]:
-        if isinstance(ranks, bytes):  # a digest: the same worker sent the membership before
-            return self._by_digest[ranks]
-        packed = ranks if isinstance(ranks, array) else array("q", ranks)
-        key = _digest(packed)
-        found = self._by_digest.get(key)
-        if found is None:
-            found = self._by_digest[key] = tuple(packed)
-        return found
-
-    def trace(self, trace: RankTrace | Unreadable) -> RankTrace | Unreadable:
-        if not isinstance(trace, RankTrace) or not trace.pg_config:
-            return trace
-        return replace(trace, pg_config={name: (desc, self._shared(ranks)) for name, (desc, ranks) in
-                                         trace.pg_config.items()})
-
-
-def _digest(packed: array) -> bytes:
-    return hashlib.blake2b(packed.tobytes(), digest_size=16).digest()
-
-
-_SENT: set[bytes] = set()
-"""Memberships this worker process has sent to the parent (pool.map yields in order, so the
-parent has read a worker's first copy before any later reference to it)."""
-
-
 def _read_packed(c: Candidate) -> RankTrace | Unreadable:
-    """:func:`read_candidate` in a worker: a group's ranks go back as ``array('q')`` the first
-    time, as a 16-byte digest after that."""
-    trace = read_candidate(c)
-    if isinstance(trace, RankTrace) and trace.pg_config:
-        out = {}
-        for name, (desc, ranks) in trace.pg_config.items():
-            packed = array("q", ranks)
-            key = _digest(packed)
-            out[name] = (desc, key if key in _SENT else packed)
-            _SENT.add(key)
-        trace = replace(trace, pg_config=out)
-    return trace
+    """:func:`read_candidate` in a worker: each group membership goes back whole once, then as
+    a digest (see :class:`members.MembershipsSent`)."""
+    return _SENT.packed(read_candidate(c))
+
+
+_SENT = MembershipsSent()
 
 
 def _read_many(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
     """Read in ``workers`` forked processes. What comes back per rank is a few compact arrays
     (tens of KiB), never the entries themselves; group memberships are shared as they arrive."""
-    tuples = _RankTuples()
+    tuples = SharedMemberships()
     workers = min(workers, len(jobs) // FILES_PER_WORKER)
     if workers <= 1:
         return [tuples.trace(read_candidate(job)) for job in jobs]

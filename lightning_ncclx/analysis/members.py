@@ -8,8 +8,13 @@ back. Finding it again costs a comparison of the string, not a hash of it (:clas
 
 from __future__ import annotations
 
+import hashlib
 import re
-from typing import Any
+from array import array
+from dataclasses import replace
+from typing import Any, Sequence
+
+from lightning_ncclx.analysis.model import RankTrace, Unreadable
 
 _INT = re.compile(r"-?\d+")
 _RANK_LIST = re.compile(r"\[\s*(?:\d+\s*(?:,\s*\d+\s*)*,?\s*)?\]")
@@ -117,3 +122,62 @@ def declared_world(pg_config: PgConfig) -> int:
         if desc == "default_pg" and ranks:
             return len(ranks)
     return 0
+
+
+class MembershipsSent:
+    """A reading worker's side of sharing memberships with the parent: each distinct member tuple
+    goes back as ``array('q')`` the first time, as a 16-byte digest after that (pool.map yields
+    in order, so the parent has read a worker's first copy before any later reference to it).
+    The parsed tuples are shared objects (see :class:`_SeenLists`), so a tuple seen before is
+    known by identity: no array, no hash."""
+
+    def __init__(self) -> None:
+        self._sent: set[bytes] = set()
+        self._by_id: dict[int, tuple[tuple[int, ...], bytes]] = {}  # the tuple is kept: its id stays its own
+
+    def packed(self, trace: RankTrace | Unreadable) -> RankTrace | Unreadable:
+        if not isinstance(trace, RankTrace) or not trace.pg_config:
+            return trace
+        out = {}
+        for name, (desc, ranks) in trace.pg_config.items():
+            known = self._by_id.get(id(ranks))
+            if known is not None and known[0] is ranks:
+                out[name] = (desc, known[1])
+                continue
+            packed = array("q", ranks)
+            key = _digest(packed)
+            out[name] = (desc, key if key in self._sent else packed)
+            self._sent.add(key)
+            if len(self._by_id) > 4096:
+                self._by_id.clear()
+            self._by_id[id(ranks)] = (ranks, key)
+        return replace(trace, pg_config=out)
+
+
+class SharedMemberships:
+    """The parent's side: one tuple object per distinct membership. Every rank's dump repeats
+    every group's ranks (16,384 ranks: 16,384 copies of a 16,384-number list); shared, they are
+    stored, hashed and compared once."""
+
+    def __init__(self) -> None:
+        self._by_digest: dict[bytes, tuple[int, ...]] = {}
+
+    def _shared(self, ranks: Sequence[int] | array | bytes) -> tuple[int, ...]:
+        if isinstance(ranks, bytes):  # a digest: the same worker sent the membership before
+            return self._by_digest[ranks]
+        packed = ranks if isinstance(ranks, array) else array("q", ranks)
+        key = _digest(packed)
+        found = self._by_digest.get(key)
+        if found is None:
+            found = self._by_digest[key] = tuple(packed)
+        return found
+
+    def trace(self, trace: RankTrace | Unreadable) -> RankTrace | Unreadable:
+        if not isinstance(trace, RankTrace) or not trace.pg_config:
+            return trace
+        return replace(trace, pg_config={name: (desc, self._shared(ranks)) for name, (desc, ranks) in
+                                         trace.pg_config.items()})
+
+
+def _digest(packed: array) -> bytes:
+    return hashlib.blake2b(packed.tobytes(), digest_size=16).digest()
