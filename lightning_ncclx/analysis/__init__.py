@@ -44,7 +44,15 @@ def analyze_folder(path: str | os.PathLike, *, extra_roots: Sequence[str | os.Pa
     diagnose. Raises :class:`~lightning_ncclx.errors.DumpReadError` when ``path`` does not exist;
     unreadable files are listed in ``Summary.unreadable``. ``workers``: processes for loading
     (default: all cores when it is safe to fork, else 1)."""
+    import gc
+
     from lightning_ncclx.analysis.diagnose import analyze
     from lightning_ncclx.analysis.load import load_folder
 
-    return analyze(load_folder(path, extra_roots, workers=workers))
+    was_enabled = gc.isenabled()
+    gc.disable()  # 16,384 ranks' compact traces are ~10^6 acyclic objects: each full collection would walk them all
+    try:
+        return analyze(load_folder(path, extra_roots, workers=workers))
+    finally:
+        if was_enabled:
+            gc.enable()

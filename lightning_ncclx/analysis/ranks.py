@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Callable, Iterator, Mapping
 
 from lightning_ncclx.analysis.model import CulpritState, RankContext, RankRow, RankTrace, TimelineOp
@@ -40,16 +42,18 @@ def _first_user(frames: tuple[str, ...]) -> str | None:
 
 
 def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: int = TIMELINE_LENGTH) -> tuple[TimelineOp, ...]:
-    ops: list[TimelineOp] = []
+    """The rank's newest ``length`` collectives over all its groups, oldest first."""
+    ops: list[tuple] = []
     for lib_traces in by_lib.values():
         trace = lib_traces.get(rank)
         if trace is None:
             continue
         for name, tr in trace.groups.items():
-            for i in range(max(0, len(tr.seqs) - length), len(tr.seqs)):
-                ops.append(TimelineOp(name, tr.seqs[i], tr.sig(i)[0], bool(tr.done[i]), tr.times_ns[i]))
-    ops.sort(key=lambda o: (o.time_ns, o.group, o.seq))
-    return tuple(ops[-length:])
+            start = max(0, len(tr.seqs) - length)
+            ops.extend(zip(tr.times_ns[start:], repeat(name), tr.seqs[start:],
+                           map(tr.sig_table.__getitem__, tr.sig_ids[start:]), tr.done[start:]))
+    ops.sort(key=itemgetter(0, 1, 2))
+    return tuple(TimelineOp(name, seq, sig[0], bool(done), time_ns) for time_ns, name, seq, sig, done in ops[-length:])
 
 
 MAX_MISSING_ROWS = 1000
