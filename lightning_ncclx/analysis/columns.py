@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 from lightning_ncclx.analysis.model import Sig
 
-_KEY = itemgetter("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+SIG_FIELDS = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+_KEY = itemgetter(*SIG_FIELDS)
 _SEQ = itemgetter("collective_seq_id")
 _TIME = itemgetter("time_created_ns")
 _STATE = itemgetter("state")
@@ -95,10 +96,11 @@ def sig_id(sig: Sig) -> int:
     return int.from_bytes(blake2b(repr(sig).encode(), digest_size=8).digest(), "little", signed=True)
 
 
-def sig_columns(es: Sequence[dict]) -> tuple[array, dict[int, Sig]]:
-    """Per entry signature ids (``array('q')``) and the id -> signature table."""
+def sig_columns(es: Sequence[dict], key: itemgetter = _KEY) -> tuple[array, dict[int, Sig]]:
+    """Per entry signature ids (``array('q')``) and the id -> signature table. ``key``: an
+    itemgetter of :data:`SIG_FIELDS` (the dump's own key objects, see ``compact.own_getter``)."""
     try:
-        keys: list = list(map(marshal.dumps, map(_KEY, es), repeat(4)))
+        keys: list = list(map(marshal.dumps, map(key, es), repeat(4)))
     except (KeyError, ValueError, TypeError):  # missing fields or unmarshallable values: slow path
         keys = [canonical_sig(e) for e in es]
         ids = {k: sig_id(k) for k in dict.fromkeys(keys)}
@@ -134,8 +136,8 @@ def seq_column(es: Sequence[dict]) -> array:
     return array("q", map(_SEQ, es))
 
 
-def time_column(es: Sequence[dict]) -> array:
-    return int_column(es, _TIME, "time_created_ns")
+def time_column(es: Sequence[dict], getter: itemgetter = _TIME) -> array:
+    return int_column(es, getter, "time_created_ns")
 
 
 def open_indices(done: bytes) -> list[int]:
