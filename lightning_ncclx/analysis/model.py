@@ -393,14 +393,13 @@ class Summary:
             return self.findings[0].message
         return self.notes[0] if self.notes else "no hang: all ranks agree"
 
-    def _culprits_listed(self) -> set[int]:
-        return {r for f in self.findings for r in f.ranks[:1000]}  # rows exist for at most 1000 per finding
-
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON form. ``per_rank`` holds every row up to 256 ranks; beyond, the
-        culprits' rows and one per class of alike ranks (``rank_classes`` names every rank)."""
-        from lightning_ncclx.analysis.rank_classes import rank_classes, rows_to_write
+        """The documented JSON form. ``per_rank`` and ``inputs`` hold every row up to 256 ranks;
+        beyond, the culprits' rows and one per class of alike ranks (``rank_classes`` and
+        ``input_classes`` name every rank)."""
+        from lightning_ncclx.analysis import rank_classes as tables
 
+        culprits = {r for f in self.findings for r in f.ranks[:1000]}  # rows exist for at most 1000 per finding
         c = self.classification
         return {
             "schema": self.schema, "source": self.source, "verdict": self.verdict.value,
@@ -419,10 +418,11 @@ class Summary:
             "hosts": {str(r): h for r, h in sorted(self.hosts.items())},
             "dump_locations": {h: list(p) for h, p in sorted(self.dump_locations.items())},
             "stragglers": [s.to_dict() for s in self.stragglers],
-            "per_rank": [r.to_dict() for r in rows_to_write(self.per_rank, self._culprits_listed())],
-            "rank_classes": rank_classes(self.per_rank),
+            "per_rank": [r.to_dict() for r in tables.to_write(self.per_rank, culprits, tables.row_key)],
+            "rank_classes": tables.classes(self.per_rank, tables.row_key, tables.row_class),
             "context": dict(self.context),
-            "inputs": [i.to_dict() for i in self.inputs],
+            "inputs": [i.to_dict() for i in tables.to_write(self.inputs, culprits, tables.input_key)],
+            "input_classes": tables.classes(self.inputs, tables.input_key, tables.input_class),
             "ignored": [{"path": u.path, "why": u.why} for u in self.ignored],
             "duplicates": [d.to_dict() for d in self.duplicates],
         }
