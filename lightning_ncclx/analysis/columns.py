@@ -21,6 +21,9 @@ from typing import Any, Sequence
 
 from lightning_ncclx.analysis.model import Sig
 
+NAME_CHARS = 200
+"""Op, dtype, group names and descriptions longer than this are cut (as ``pg_config`` names are):
+a name is text for a report, and a hostile dump's 100 MB one must not reach it."""
 SIG_FIELDS = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
 _KEY = itemgetter(*SIG_FIELDS)
 _SEQ = itemgetter("collective_seq_id")
@@ -60,7 +63,7 @@ def _listed(e: dict, key: str) -> tuple:
     if key.endswith("dtypes"):
         if not all(type(v) is str for v in value):
             raise ValueError(f"{key} holds something other than strings")
-        return tuple(value)
+        return tuple(v[:NAME_CHARS] for v in value)
     out = []
     for shape in value:
         if type(shape) is int:
@@ -74,8 +77,9 @@ def _listed(e: dict, key: str) -> tuple:
 
 def canonical_sig(e: dict) -> Sig:
     """(op, input_sizes, input_dtypes, output_sizes, output_dtypes) of one entry, frozen, with the
-    fields that may differ between ranks of a healthy call left empty (see above)."""
-    op = e["profiling_name"].rpartition(":")[2]
+    fields that may differ between ranks of a healthy call left empty (see above). Op and dtype
+    names are cut to :data:`NAME_CHARS`."""
+    op = e["profiling_name"].rpartition(":")[2][:NAME_CHARS]
     in_sizes, in_dtypes = _listed(e, "input_sizes"), _listed(e, "input_dtypes")
     out_sizes, out_dtypes = _listed(e, "output_sizes"), _listed(e, "output_dtypes")
     if op in _ROOT_ONLY_OUTPUTS:

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from operator import itemgetter, sub, truth
 from typing import Any, Mapping
 
-from lightning_ncclx.analysis.columns import SIG_FIELDS, done_column, open_indices, sig_columns, time_column
+from lightning_ncclx.analysis.columns import (NAME_CHARS, SIG_FIELDS, done_column, open_indices, sig_columns,
+                                              time_column)
 from lightning_ncclx.analysis.frames import format_frames, innermost_user_frame
 from lightning_ncclx.analysis.model import GroupTrack, OpenOp, P2POp
 
 CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is extracted from frames
 MAX_OPEN = 1024
 """Unfinished operations kept per dump, oldest first (a rank has one or a few in flight)."""
-NAME_CHARS = 200
-"""Group names and descriptions, op names: longer ones are cut (as ``pg_config`` names are)."""
 _CONTAINERS = {list, tuple}
 _COMMON = ("profiling_name", "process_group", "collective_seq_id", "is_p2p", "retired")
 _FEW_PENDING = 64  # unretired entries looked at one by one; more: the whole-column path
