@@ -122,6 +122,7 @@ def run_child(cmd: list[str], cap_s: float, cwd: Path = REPO) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     return {"seconds": time.perf_counter() - start, "peak_rss_mib": usage.ru_maxrss / 1024, "rc": proc.returncode,
+            "cpu_s": usage.ru_utime + usage.ru_stime,  # the child and the processes it waited for (its workers)
             "note": err.strip().splitlines()[-1][:100] if proc.returncode not in (0, 1) and err.strip() else ""}
 
 
@@ -166,6 +167,7 @@ def _median(runs: list[dict]) -> dict:
         return next(r for r in runs if r["seconds"] is None) | {"runs": [r["seconds"] for r in runs]}
     return {"seconds": statistics.median(r["seconds"] for r in done),
             "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in done),
+            "cpu_s": statistics.median(r["cpu_s"] for r in done),
             "rc": done[0]["rc"], "note": done[0]["note"], "runs": [round(r["seconds"], 2) for r in done]}
 
 
@@ -194,17 +196,18 @@ def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, 
     row = {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
            "ours": _median(ours), "ours_culprits": culprits, "expected_culprit": world // 3,
            "summary_json_mib": round(out_json.stat().st_size / 2**20, 2) if out_json.exists() else None,
-           "floor": _median(floor), "ratios": _ratios(ours, floor), "torchfrtrace": _median(theirs)}
+           "floor": _median(floor), "ratios": _ratios(ours, floor), "cpu_ratios": _ratios(ours, floor, "cpu_s"),
+           "torchfrtrace": _median(theirs)}
     if before:
         row["before"] = _median(before)
         row["before_ratios"] = _ratios(before, floor)
     return row
 
 
-def _ratios(runs: list[dict], floor: list[dict]) -> list[float | None]:
-    """Per repeat: a tool's time over the floor's in the same round (the runs next to each other)."""
-    return [round(r["seconds"] / f["seconds"], 2) if r["seconds"] and f["seconds"] else None
-            for r, f in zip(runs, floor)]
+def _ratios(runs: list[dict], floor: list[dict], key: str = "seconds") -> list[float | None]:
+    """Per repeat: a tool's wall time (or ``cpu_s``) over the floor's in the same round (the runs
+    next to each other)."""
+    return [round(r[key] / f[key], 2) if r.get(key) and f.get(key) else None for r, f in zip(runs, floor)]
 
 
 def _ratio_text(ratios: list[float | None]) -> str:
@@ -230,8 +233,8 @@ def table(rows: list[dict]) -> str:
     """Markdown: medians of the interleaved runs; speed-up = torchfrtrace median / summarize median."""
     has_before = any("before" in r for r in rows)
     head = ("| ranks x entries | dumps (MiB) | summarize (s) | peak RSS (MiB) | floor (s) | summarize / floor | "
-            "summary.json (MiB) | culprit found | torchfrtrace (s) | peak RSS (MiB) | speed-up |")
-    rule = "|---|---|---|---|---|---|---|---|---|---|---|"
+            "CPU: summarize / floor | summary.json (MiB) | culprit found | torchfrtrace (s) | peak RSS (MiB) | speed-up |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|---|"
     if has_before:
         head += " before: summarize (s) | before: peak RSS (MiB) | before / floor |"
         rule += "---|---|---|"
@@ -242,6 +245,7 @@ def table(rows: list[dict]) -> str:
         fl = r.get("floor") or {"seconds": None}
         line = (f"| {r['ranks']} x {r['entries']} | {r['dump_mib']} | {_fmt(o)} | "
                 f"{o['peak_rss_mib'] and round(o['peak_rss_mib'])} | {_fmt(fl)} | {_ratio_text(r.get('ratios', []))} | "
+                f"{_ratio_text(r.get('cpu_ratios', []))} | "
                 f"{r.get('summary_json_mib')} | {ok} | "
                 f"{_fmt(t)}{' (' + t['note'] + ')' if t['note'] else ''} | "
                 f"{t['peak_rss_mib'] and round(t['peak_rss_mib'])} | {_speed(o, t)} |")

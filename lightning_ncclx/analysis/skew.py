@@ -50,18 +50,21 @@ def group_stragglers(group: GroupRef, tracks: Mapping[int, GroupTrack]) -> list[
         if array("q", t.seqs[a:b]) != want:
             return []  # gaps in sequence ids: cannot line the ranks up cheaply; skip this group
         columns.append(t.times_ns[a:b])
-    # One tuple per collective (every time becomes an int object once), then back to one per rank
-    # over the same objects: 16,384 ranks x 128 collectives stay 2 M objects, not five times that.
-    per_collective = list(zip(*columns))
-    keep = [0 not in row for row in per_collective]  # a rank without a creation time: skip the collective
-    kept = list(compress(per_collective, keep))
-    if not kept:
+    # One pass over the collectives (each row of times lives only while it is looked at: 16,384
+    # ranks x 128 collectives held at once would be ~100 MB of int objects), one per rank.
+    keep, firsts, worst_at = [], [], []
+    for row in zip(*columns):
+        kept = 0 not in row  # a rank without a creation time: skip the collective
+        keep.append(kept)
+        if kept:
+            firsts.append(min(row))
+            worst_at.append(row.index(max(row)))
+    if not firsts:
         return []
-    firsts = list(map(min, kept))
-    last_count = Counter(map(tuple.index, kept, map(max, kept)))
+    last_count = Counter(worst_at)
     ranked = []
-    for i, (r, times) in enumerate(zip(ranks, zip(*kept))):
-        values = sorted(map(sub, times, firsts))
+    for i, r in enumerate(ranks):
+        values = sorted(map(sub, compress(columns[i], keep), firsts))
         ranked.append((-_percentile(values, 0.5), -_percentile(values, 0.95), r, i, len(values)))
     return [Straggler(group.lib, group.name, group.desc, r, -median / 1e6, -p95 / 1e6, last_count[i] / n, n)
             for median, p95, r, i, n in nsmallest(TOP, ranked)]
