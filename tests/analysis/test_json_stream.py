@@ -1,5 +1,6 @@
-"""json_stream: a JSON dump read one entry at a time, the newest kept. Where nothing is dropped the
-result is ``json.loads``'s; malformed JSON is a DumpReadError saying so."""
+"""json_stream: a large JSON dump read one entry at a time, the newest kept (``whole_bytes=0``
+makes every document here large). Where nothing is dropped the result is ``json.loads``'s;
+malformed JSON is a DumpReadError saying so."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ DOCS = [
 
 @pytest.mark.parametrize("raw", DOCS)
 def test_what_it_keeps_whole_is_what_json_loads_gives(raw: bytes) -> None:
-    data, total = decode([raw], 1000)
+    data, total = decode([raw], 1000, whole_bytes=0)
     assert data == json.loads(raw)
     entries = json.loads(raw).get("entries")
     assert total == (len(entries) if isinstance(entries, list) else 0)
@@ -34,12 +35,12 @@ def test_what_it_keeps_whole_is_what_json_loads_gives(raw: bytes) -> None:
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
 def test_the_encodings_json_loads_accepts_are_read(encoding: str) -> None:
     raw = '{"version": "2.10", "entries": [{"x": "\u00e9"}]}'.encode(encoding)
-    assert decode([raw], 10) == (json.loads(raw), 1)
+    assert decode([raw], 10, whole_bytes=0) == (json.loads(raw), 1)
 
 
 def test_only_the_newest_entries_are_kept_and_all_are_counted() -> None:
     raw = json.dumps({"version": "2.10", "entries": [{"seq": i} for i in range(10)], "after": 1}).encode()
-    data, total = decode([raw], 3)
+    data, total = decode([raw], 3, whole_bytes=0)
     assert data == {"version": "2.10", "entries": [{"seq": 7}, {"seq": 8}, {"seq": 9}], "after": 1} and total == 10
 
 
@@ -50,7 +51,7 @@ def test_the_buffer_is_taken_from_its_holder() -> None:
 
 
 def test_a_top_level_array_is_not_walked() -> None:
-    assert decode([b"[" + b"1," * 1000 + b"1]"], 5) == ([], 0)
+    assert decode([b"[" + b"1," * 1000 + b"1]"], 5, whole_bytes=0) == ([], 0)
 
 
 @pytest.mark.parametrize("raw", [
@@ -58,6 +59,12 @@ def test_a_top_level_array_is_not_walked() -> None:
     b'{"entries": [1,]}', b'{"a": 1,}', b"", b"{", b'{"a": [' + b"[" * 100_000 + b"]" * 100_001 + b"}",
     b'{"x": "\xff\xfe"}', codecs.BOM_UTF8 + b'{"a": nul}',
 ])
-def test_malformed_json_is_refused_with_the_reason(raw: bytes) -> None:
+@pytest.mark.parametrize("whole_bytes", [0, 1 << 30], ids=["streamed", "whole"])
+def test_malformed_json_is_refused_with_the_reason(raw: bytes, whole_bytes: int) -> None:
     with pytest.raises(DumpReadError, match="not valid JSON"):
-        decode([raw], 10)
+        decode([raw], 10, whole_bytes)
+
+
+def test_a_small_document_is_json_loads_whole_and_its_entries_counted() -> None:
+    raw = json.dumps({"version": "2.10", "entries": [{"seq": i} for i in range(10)]}).encode()
+    assert decode([raw], 3) == (json.loads(raw), 10)
