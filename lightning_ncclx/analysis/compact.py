@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from operator import itemgetter, sub, truth
 from typing import Any, Mapping
 
-from lightning_ncclx.analysis.columns import NAME_CHARS, SIG_FIELDS, done_column, open_indices, sig_columns
+from lightning_ncclx.analysis.columns import (NAME_CHARS, SIG_FIELDS, done_column, open_indices, sig_columns,
+                                              time_column)
 from lightning_ncclx.analysis.frames import format_frames, innermost_user_frame
 from lightning_ncclx.analysis.model import GroupTrack, OpenOp, P2POp
 
@@ -23,9 +24,8 @@ CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is ex
 MAX_OPEN = 1024
 """Unfinished operations kept per dump, oldest first (a rank has one or a few in flight)."""
 _CONTAINERS = {list, tuple}
-_COMMON = ("profiling_name", "process_group", "collective_seq_id", "is_p2p", "retired", "time_created_ns")
-"""Read from every entry (the creation time too, though only the window's are kept: one more
-lookup in a pass is cheaper than a second visit of the window's entries)."""
+_COMMON = ("profiling_name", "process_group", "collective_seq_id", "is_p2p", "retired")
+"""The fields read from every entry, one pass each; the others only from the window's."""
 _FEW_PENDING = 64  # unretired entries looked at one by one; more: the whole-column path
 
 
@@ -45,7 +45,7 @@ def compact_common(entries: list, lib_hint: str, window: int, cut: list[str]) ->
     if not entries or type(entries[0]) is not dict:
         return None
     try:
-        names, pgs, seqs, p2ps, retired, created = [list(map(get, entries)) for get in own_getters(entries[0], _COMMON)]
+        names, pgs, seqs, p2ps, retired = [list(map(get, entries)) for get in own_getters(entries[0], _COMMON)]
         if not set(map(type, names)) <= {str} or any(p2ps) or pgs.count(pgs[0]) != len(pgs):
             return None
         name, desc = group_name(pgs[0]), str(pgs[0][1])[:NAME_CHARS]
@@ -56,7 +56,7 @@ def compact_common(entries: list, lib_hint: str, window: int, cut: list[str]) ->
         start = max(0, len(entries) - window)
         es = entries[start:]
         ids, table = sig_columns(es, own_getter(entries[0], SIG_FIELDS))
-        times = array("q", created[start:])
+        times = time_column(es, own_getter(entries[0], ("time_created_ns",)))
         track = GroupTrack(lib, name, desc, array("q", seqs[start:]), ids, table, done[start:], times,
                            callsite_tail(es))
         open_ops = bounded_open(entries, open_indices(done), lib, cut)

@@ -352,8 +352,13 @@ def host_of(path: str, root: Path) -> str | None:
 
 def _locations(traces: list[RankTrace], contexts: dict[int, RankContext], root: Path) -> dict[str, tuple[str, ...]]:
     where: dict[str, set[str]] = {}
+    folders: dict[str, tuple[str, str | None]] = {}  # the files of a folder share both: worked out once per folder
     for t in traces:
+        folder = os.path.dirname(t.path)
+        if folder not in folders:
+            folders[folder] = (str(Path(t.path).parent), host_of(t.path, root))
+        parent, host_in_path = folders[folder]
         ctx = contexts.get(t.rank)
-        host = (ctx.host if ctx else None) or host_of(t.path, root) or "local"
-        where.setdefault(host, set()).add(str(Path(t.path).parent))
+        host = (ctx.host if ctx else None) or host_in_path or "local"
+        where.setdefault(host, set()).add(parent)
     return {h: tuple(sorted(p)) for h, p in where.items()}
