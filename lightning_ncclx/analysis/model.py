@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 SCHEMA = "lightning-ncclx/summary/1"
 
@@ -321,8 +321,10 @@ class Straggler:
                 "last_fraction": round(self.last_fraction, 3), "samples": self.samples}
 
 
-@dataclass(frozen=True)
-class TimelineOp:
+class TimelineOp(NamedTuple):
+    """One collective of a rank's timeline. A named tuple, not a dataclass: a 16,384-rank summary
+    makes 327,680 of them, and a tuple is made three times faster."""
+
     group: str
     seq: int
     op: str
