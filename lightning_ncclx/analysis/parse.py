@@ -262,9 +262,10 @@ def _partition(entries: list) -> tuple[dict[str, list], list]:
         return {}, []
     try:
         pgs = list(map(_PG, entries))
+        group_name(pgs[0])  # a valid pair first: a count against a memo-shared tree would walk it
         simple = (not any(map(_IS_P2P, entries)) and 0 not in map(_SEQ, entries)
                   and pgs.count(pgs[0]) == len(pgs))
-    except KeyError:
+    except (KeyError, ValueError):
         simple = False
     if simple:  # every entry's pair equals the first: checking the first checks them all
         return {group_name(pgs[0]): entries}, []

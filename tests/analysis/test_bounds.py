@@ -6,11 +6,16 @@ reaching the real one would only cost time."""
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+
 import pytest
 from synth import collectives, dump, entry
 
 from lightning_ncclx.analysis import compact, members, parse
 from lightning_ncclx.analysis.parse import build_trace
+from lightning_ncclx.errors import DumpReadError
 
 WORLD2 = {"0": ("default_pg", [0, 1])}
 
@@ -107,3 +112,30 @@ def test_the_member_cache_forgets_past_its_bound() -> None:
     seen.parsed("[6, 7, 8, 9, 10, 11]")  # 12 members in all: past the bound, the first is forgotten
     assert (seen._lists, seen._members) == (1, 6)
     assert seen.parsed("[0, 1, 2, 3, 4, 5]") == first
+
+
+_TREES = """
+import pickle, sys
+from lightning_ncclx.analysis.parse import build_trace
+from lightning_ncclx.errors import DumpReadError
+try:
+    build_trace(pickle.loads(sys.stdin.buffer.read()), 0, "rank_0.pkl")
+except DumpReadError as exc:
+    print(exc)
+"""
+
+
+def test_process_groups_that_are_memo_shared_trees_are_refused_before_any_compare() -> None:
+    def tree(levels: int = 40) -> list:
+        node: list = ["x"]
+        for _ in range(levels):
+            node = [node, node]  # 2**40 leaves when walked, 40 lists when pickled
+        return node
+
+    es = collectives(4)
+    for e in es:
+        e["process_group"] = tree()  # a tree of its own per entry: comparing two walks both
+    # In a process of its own: a compare in C holds the GIL, so no timeout in this one could end it.
+    proc = subprocess.run([sys.executable, "-c", _TREES], input=pickle.dumps(dump(es, WORLD2)), capture_output=True,
+                          timeout=60)
+    assert "process_group is not a" in proc.stdout.decode(), proc.stderr.decode()[-2000:]
