@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Time ``lightning-ncclx summarize`` against torch's ``torchfrtrace`` on the same synthetic dumps.
+"""Time ``lightning-ncclx summarize`` against its floor and torch's ``torchfrtrace`` on the same synthetic dumps.
 
 For each world size: N pickles named ``nccl_trace_rank_<r>`` (what torchfrtrace reads), torch's
 format 2.10, legacy-NCCL-like (``nccl:all_reduce``/``all_gather``/``broadcast``, valid
@@ -8,15 +8,22 @@ last all_reduce (one injected culprit). Each tool runs as a child process; wall 
 (largest process, from ``wait4``) are measured, runs of the tools interleaved, medians reported;
 a run past ``--cap`` seconds is killed.
 
+The floor: plain ``pickle.loads`` of the same files (read, unpickled, freed) in as many forked
+processes as ``summarize`` uses (every core this process may use, at most 16), nothing else. The
+ratio ``summarize / floor`` is what the targets are about (absolute times on a shared machine move
+~3x between days; the ratio of two interleaved runs does not).
+
     .venv/bin/python bench/bench_analyzer.py                      # 64, 256, 1024 ranks x 2000, 3 runs each
     .venv/bin/python bench/bench_analyzer.py --sizes 64,256 --cap 120 --repeat 5
-    .venv/bin/python bench/bench_analyzer.py --sizes 1024x20000,16384x2000 --repeat 1   # the scale targets
+    .venv/bin/python bench/bench_analyzer.py --sizes 1024x20000,16384x2000 --repeat 2 \
+        --theirs-max-entries 0 --delete-after                     # the scale targets (1.5x the floor)
 
 A size is ``RANKS`` (with ``--entries`` per rank) or ``RANKSxENTRIES``. torchfrtrace is not run
 where ranks x entries exceeds ``--theirs-max-entries`` (it holds ~1.9 KiB per entry: 3.8 GiB at
 1024 x 2000, so 16384 x 2000 would need ~60 GiB); the table says so.
 
-Dumps go to a temporary folder (``--root``), never into the repository; delete it when done.
+Dumps go to a temporary folder (``--root``), never into the repository; delete it when done
+(``--delete-after`` removes each size's dumps once it is measured).
 """
 
 from __future__ import annotations
@@ -115,7 +122,36 @@ def run_child(cmd: list[str], cap_s: float, cwd: Path = REPO) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     return {"seconds": time.perf_counter() - start, "peak_rss_mib": usage.ru_maxrss / 1024, "rc": proc.returncode,
+            "cpu_s": usage.ru_utime + usage.ru_stime,  # the child and the processes it waited for (its workers)
             "note": err.strip().splitlines()[-1][:100] if proc.returncode not in (0, 1) and err.strip() else ""}
+
+
+def _unpickle_file(path: str) -> int:
+    """The floor's work on one file: read it, unpickle it, free it."""
+    import gc
+
+    gc.disable()  # as the analyzer's readers do: a dump is acyclic
+    with open(path, "rb") as fh:
+        data = pickle.loads(fh.read())
+    del data
+    return 0
+
+
+def floor_main(folder: Path) -> int:
+    """Plain ``pickle.loads`` of every dump in ``folder`` in as many forked processes as
+    ``summarize`` uses (``lightning_ncclx.analysis.load.default_workers``: every core this
+    process may use, at most 16), 16 files per task."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    files = sorted(str(folder / n) for n in os.listdir(folder) if n.startswith("nccl_trace_rank_"))
+    workers = max(1, min(len(os.sched_getaffinity(0)), 16))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return sum(pool.map(_unpickle_file, files, chunksize=16))
+
+
+def _floor(folder: Path, cap_s: float) -> dict:
+    return run_child([sys.executable, str(Path(__file__).resolve()), "--floor-of", str(folder)], cap_s)
 
 
 def _summarize(folder: Path, out_json: Path, cap_s: float, code_dir: Path) -> dict:
@@ -131,6 +167,7 @@ def _median(runs: list[dict]) -> dict:
         return next(r for r in runs if r["seconds"] is None) | {"runs": [r["seconds"] for r in runs]}
     return {"seconds": statistics.median(r["seconds"] for r in done),
             "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in done),
+            "cpu_s": statistics.median(r["cpu_s"] for r in done),
             "rc": done[0]["rc"], "note": done[0]["note"], "runs": [round(r["seconds"], 2) for r in done]}
 
 
@@ -142,10 +179,11 @@ def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, 
     size_mib = sum(p.stat().st_size for p in folder.glob("nccl_trace_rank_*")) / 2**20
     out_json = root / f"summary_{world}x{entries}.json"
     out_json.unlink(missing_ok=True)
-    ours, theirs, before = [], [], []
+    ours, floor, theirs, before = [], [], [], []
     run_theirs = world * entries <= theirs_max_entries
-    for _ in range(repeat):  # interleaved, so both tools see the same background load
+    for _ in range(repeat):  # interleaved, so every tool sees the same background load
         ours.append(_summarize(folder, out_json, cap_s, REPO))
+        floor.append(_floor(folder, cap_s))
         if run_theirs:
             theirs.append(run_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
                                      str(folder), "-p", "nccl_trace_rank_"], cap_s))
@@ -157,10 +195,26 @@ def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, 
     culprits = json.loads(out_json.read_text())["culprit_ranks"] if out_json.exists() else None
     row = {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
            "ours": _median(ours), "ours_culprits": culprits, "expected_culprit": world // 3,
+           "summary_json_mib": round(out_json.stat().st_size / 2**20, 2) if out_json.exists() else None,
+           "floor": _median(floor), "ratios": _ratios(ours, floor), "cpu_ratios": _ratios(ours, floor, "cpu_s"),
            "torchfrtrace": _median(theirs)}
     if before:
         row["before"] = _median(before)
+        row["before_ratios"] = _ratios(before, floor)
     return row
+
+
+def _ratios(runs: list[dict], floor: list[dict], key: str = "seconds") -> list[float | None]:
+    """Per repeat: a tool's wall time (or ``cpu_s``) over the floor's in the same round (the runs
+    next to each other)."""
+    return [round(r[key] / f[key], 2) if r.get(key) and f.get(key) else None for r, f in zip(runs, floor)]
+
+
+def _ratio_text(ratios: list[float | None]) -> str:
+    known = [r for r in ratios if r is not None]
+    if not known:
+        return "-"
+    return f"{statistics.median(known):.2f}x" + (f" ({', '.join(f'{r:.2f}' for r in known)})" if len(known) > 1 else "")
 
 
 def _fmt(r: dict) -> str:
@@ -178,23 +232,27 @@ def _speed(o: dict, t: dict) -> str:
 def table(rows: list[dict]) -> str:
     """Markdown: medians of the interleaved runs; speed-up = torchfrtrace median / summarize median."""
     has_before = any("before" in r for r in rows)
-    head = ("| ranks x entries | dumps (MiB) | summarize (s) | peak RSS (MiB) | culprit found | torchfrtrace (s) | "
-            "peak RSS (MiB) | speed-up |")
-    rule = "|---|---|---|---|---|---|---|---|"
+    head = ("| ranks x entries | dumps (MiB) | summarize (s) | peak RSS (MiB) | floor (s) | summarize / floor | "
+            "CPU: summarize / floor | summary.json (MiB) | culprit found | torchfrtrace (s) | peak RSS (MiB) | speed-up |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|---|"
     if has_before:
-        head += " before: summarize (s) | before: peak RSS (MiB) |"
-        rule += "---|---|"
+        head += " before: summarize (s) | before: peak RSS (MiB) | before / floor |"
+        rule += "---|---|---|"
     lines = [head, rule]
     for r in rows:
         o, t = r["ours"], r["torchfrtrace"]
         ok = "yes" if r["ours_culprits"] == [r["expected_culprit"]] else f"no ({r['ours_culprits']})"
+        fl = r.get("floor") or {"seconds": None}
         line = (f"| {r['ranks']} x {r['entries']} | {r['dump_mib']} | {_fmt(o)} | "
-                f"{o['peak_rss_mib'] and round(o['peak_rss_mib'])} | {ok} | "
+                f"{o['peak_rss_mib'] and round(o['peak_rss_mib'])} | {_fmt(fl)} | {_ratio_text(r.get('ratios', []))} | "
+                f"{_ratio_text(r.get('cpu_ratios', []))} | "
+                f"{r.get('summary_json_mib')} | {ok} | "
                 f"{_fmt(t)}{' (' + t['note'] + ')' if t['note'] else ''} | "
                 f"{t['peak_rss_mib'] and round(t['peak_rss_mib'])} | {_speed(o, t)} |")
         if has_before:
             b = r.get("before") or {"seconds": None, "peak_rss_mib": None}
-            line += f" {_fmt(b)} | {b['peak_rss_mib'] and round(b['peak_rss_mib'])} |"
+            line += (f" {_fmt(b)} | {b['peak_rss_mib'] and round(b['peak_rss_mib'])} | "
+                     f"{_ratio_text(r.get('before_ratios', []))} |")
         lines.append(line)
     return "\n".join(lines)
 
@@ -217,7 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=None, help="write the scaling plot (PNG) here")
     parser.add_argument("--from-results", type=Path, default=None,
                         help="only print the table and plot from an earlier results.json")
+    parser.add_argument("--delete-after", action="store_true",
+                        help="delete each size's generated dumps once it is measured (16384 x 2000: 6 GiB)")
+    parser.add_argument("--floor-of", type=Path, default=None, help=argparse.SUPPRESS)  # the floor's child process
     args = parser.parse_args(argv)
+    if args.floor_of is not None:
+        return floor_main(args.floor_of)
     if args.from_results is not None:
         rows = json.loads(args.from_results.read_text())
         print(table(rows))
@@ -230,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(bench_size(args.root, int(world), int(entries or args.entries), args.cap, max(1, args.repeat),
                                args.baseline, args.theirs_max_entries))
         print(json.dumps(rows[-1]), flush=True)
+        if args.delete_after:
+            shutil.rmtree(args.root / f"ranks{world}_entries{int(entries or args.entries)}", ignore_errors=True)
     print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; medians of {args.repeat} interleaved runs\n")
     print(table(rows))
@@ -242,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
 
 TARGETS = {(16384, 2000): (60.0, 2048.0), (1024, 20000): (30.0, None)}
 """The scale targets (seconds, MiB) this benchmark checks: docs/bench-analyzer.md."""
+FLOOR_TARGET = 1.5
+"""At both scale shapes, ``summarize`` within this factor of the floor, measured in the same run."""
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -44,7 +44,19 @@ def analyze_folder(path: str | os.PathLike, *, extra_roots: Sequence[str | os.Pa
     diagnose. Raises :class:`~lightning_ncclx.errors.DumpReadError` when ``path`` does not exist;
     unreadable files are listed in ``Summary.unreadable``. ``workers``: processes for loading
     (default: all cores when it is safe to fork, else 1)."""
+    import gc
+    import threading
+
     from lightning_ncclx.analysis.diagnose import analyze
     from lightning_ncclx.analysis.load import load_folder
 
-    return analyze(load_folder(path, extra_roots, workers=workers))
+    # 16,384 ranks' compact traces are ~10^6 acyclic objects: each full collection would walk them
+    # all. Paused only where nothing else runs (never inside a training job's process).
+    pause = gc.isenabled() and threading.active_count() == 1
+    if pause:
+        gc.disable()
+    try:
+        return analyze(load_folder(path, extra_roots, workers=workers))
+    finally:
+        if pause:
+            gc.enable()

@@ -21,7 +21,11 @@ from typing import Any, Sequence
 
 from lightning_ncclx.analysis.model import Sig
 
-_KEY = itemgetter("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+NAME_CHARS = 200
+"""Op, dtype, group names and descriptions longer than this are cut (as ``pg_config`` names are):
+a name is text for a report, and a hostile dump's 100 MB one must not reach it."""
+SIG_FIELDS = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+_KEY = itemgetter(*SIG_FIELDS)
 _SEQ = itemgetter("collective_seq_id")
 _TIME = itemgetter("time_created_ns")
 _STATE = itemgetter("state")
@@ -59,7 +63,7 @@ def _listed(e: dict, key: str) -> tuple:
     if key.endswith("dtypes"):
         if not all(type(v) is str for v in value):
             raise ValueError(f"{key} holds something other than strings")
-        return tuple(value)
+        return tuple(v[:NAME_CHARS] for v in value)
     out = []
     for shape in value:
         if type(shape) is int:
@@ -73,8 +77,9 @@ def _listed(e: dict, key: str) -> tuple:
 
 def canonical_sig(e: dict) -> Sig:
     """(op, input_sizes, input_dtypes, output_sizes, output_dtypes) of one entry, frozen, with the
-    fields that may differ between ranks of a healthy call left empty (see above)."""
-    op = e["profiling_name"].rpartition(":")[2]
+    fields that may differ between ranks of a healthy call left empty (see above). Op and dtype
+    names are cut to :data:`NAME_CHARS`."""
+    op = e["profiling_name"].rpartition(":")[2][:NAME_CHARS]
     in_sizes, in_dtypes = _listed(e, "input_sizes"), _listed(e, "input_dtypes")
     out_sizes, out_dtypes = _listed(e, "output_sizes"), _listed(e, "output_dtypes")
     if op in _ROOT_ONLY_OUTPUTS:
@@ -95,10 +100,11 @@ def sig_id(sig: Sig) -> int:
     return int.from_bytes(blake2b(repr(sig).encode(), digest_size=8).digest(), "little", signed=True)
 
 
-def sig_columns(es: Sequence[dict]) -> tuple[array, dict[int, Sig]]:
-    """Per entry signature ids (``array('q')``) and the id -> signature table."""
+def sig_columns(es: Sequence[dict], key: itemgetter = _KEY) -> tuple[array, dict[int, Sig]]:
+    """Per entry signature ids (``array('q')``) and the id -> signature table. ``key``: an
+    itemgetter of :data:`SIG_FIELDS` (the dump's own key objects, see ``compact.own_getter``)."""
     try:
-        keys: list = list(map(marshal.dumps, map(_KEY, es), repeat(4)))
+        keys: list = list(map(marshal.dumps, map(key, es), repeat(4)))
     except (KeyError, ValueError, TypeError):  # missing fields or unmarshallable values: slow path
         keys = [canonical_sig(e) for e in es]
         ids = {k: sig_id(k) for k in dict.fromkeys(keys)}
@@ -134,8 +140,8 @@ def seq_column(es: Sequence[dict]) -> array:
     return array("q", map(_SEQ, es))
 
 
-def time_column(es: Sequence[dict]) -> array:
-    return int_column(es, _TIME, "time_created_ns")
+def time_column(es: Sequence[dict], getter: itemgetter = _TIME) -> array:
+    return int_column(es, getter, "time_created_ns")
 
 
 def open_indices(done: bytes) -> list[int]:

@@ -19,7 +19,7 @@ from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, Gro
                                             Sig, Summary, Verdict)
 from lightning_ncclx.analysis.order import extra_or_skipped, own_order
 from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
-from lightning_ncclx.analysis.ranks import RankStates, culprit_state, rank_rows
+from lightning_ncclx.analysis.ranks import RankStates, culprit_state, listed, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
 
 
@@ -329,10 +329,12 @@ _EMPTY = GroupTrack("", "", "", array("q"), array("q"), {}, b"", array("q"))
 def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
                      states: Mapping[int, CulpritState], tracks: Mapping[int, GroupTrack]) -> Finding:
     op = div.majority[0] if div.majority else "?"
+    absent = frozenset(missing)  # a 100,000-rank group with 3 dumps: membership tests must not scan a tuple
     if not div.time_ns:  # healthy: the time of the dumped ranks' newest collective in this group
         div = replace(div, time_ns=max((t.times_ns[-1] for t in tracks.values() if t.seqs), default=0))
-    known = {r: states[r].state for r in missing if states.get(r) is not None}
-    if missing and all(known.get(r) in ("process_gone", "no_answer") for r in missing):
+    lost = ("process_gone", "no_answer")  # stops at the first rank that is not: no state per rank of a huge group
+    if missing and all(states.get(r) is not None and states[r].state in lost for r in missing):
+        known = {r: states[r].state for r in missing}
         where = f"the dumped ranks are in {op} (seq {div.seq})" if div.kind != "healthy" else (
             f"the dumped ranks agree with each other (last: {op}, seq {div.seq})")
         gone = tuple(r for r in missing if known[r] == "process_gone")
@@ -346,9 +348,10 @@ def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
             parts.append(f"rank(s) {_ranks(silent)} did not dump although alive (rank {silent[0]}: "
                          f"{states[silent[0]].detail.removeprefix(_ALIVE)})")
         msg = f"dump_missing: in {_group_label(group)}, " + "; ".join(parts) + f"; {where}"
-        waiting = tuple(r for r in group.ranks if r not in missing)
-        return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},
-                       waiting, tuple(states[r] for r in missing), msg, "high", div.time_ns)
+        waiting = tuple(r for r in group.ranks if r not in absent)
+        return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority,
+                       {r: None for r in listed(missing)}, waiting, tuple(states[r] for r in listed(missing)), msg,
+                       "high", div.time_ns)
     if div.kind == "healthy":
         msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump, and the dumped "
                f"ranks agree with each other (last: {op}, seq {div.seq}): the missing ranks died, were killed or "
@@ -356,9 +359,9 @@ def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
     else:
         msg = (f"dump_missing: rank(s) {_ranks(missing)} of {_group_label(group)} left no dump; the dumped ranks "
                f"are in {op} (seq {div.seq}): a rank that never entered a collective may never dump (nccl2)")
-    waiting = tuple(r for r in group.ranks if r not in missing)
-    return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in missing},
-                   waiting, tuple(states[r] for r in missing if r in states), msg, "medium", div.time_ns)
+    waiting = tuple(r for r in group.ranks if r not in absent)
+    return Finding(Verdict.DUMP_MISSING, missing, group, div.seq, op, div.majority, {r: None for r in listed(missing)},
+                   waiting, tuple(states[r] for r in listed(missing) if r in states), msg, "medium", div.time_ns)
 
 
 def _context_extras(loaded: LoadedFolder, world: int) -> dict:

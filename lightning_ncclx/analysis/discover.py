@@ -54,7 +54,8 @@ class Candidate:
     """``layout``, ``context``, ``file name``, ``folder name`` or ``""`` (none: content must say)."""
     lib_hint: str
     fmt: str
-    """``pickle``, ``json`` or ``gzip``."""
+    """``pickle``, ``json`` or ``gzip``; ``""`` when not sniffed yet (a file named like a dump is
+    sniffed by its reader, :func:`refusal` then says why it is not read)."""
     named_like_dump: bool
     """Its name carries a rank: a file that then fails to parse is unreadable, not ignored."""
     explicit: bool = False
@@ -97,6 +98,19 @@ def rank_from_folders(path: Path, root: Path) -> int | None:
         if parent == root or parent == parent.parent:
             break
     return None
+
+
+ZSTD = "zstd-compressed: decompress it first (zstd -d), then rerun"
+UNRECOGNISED = "neither a pickle nor JSON (unrecognised first byte)"
+
+
+def refusal(head: bytes) -> tuple[bool, str] | None:
+    """Why a file named like a dump, whose first bytes are ``head``, is not read: (ignored?,
+    why); None when they say pickle, JSON or gzip."""
+    fmt = sniff(head)
+    if fmt == "zstd":
+        return True, ZSTD
+    return (False, UNRECOGNISED) if fmt is None else None
 
 
 def sniff(head: bytes) -> str | None:
@@ -252,6 +266,8 @@ def _candidate(root: Path, path: Path, st: os.stat_result, by_context: dict[tupl
     if st.st_size == 0:
         (found.unreadable if named else found.ignored).append(Unreadable(str(path), "empty file"))
         return None
+    if named:  # read anyway: its reader sniffs it (16,384 files: 16,384 opens fewer here)
+        return Candidate(str(path), rank, rank_from, hint, "", named, explicit)
     try:
         head = read_regular(path, MAX_TRACE_BYTES, "file", limit=SNIFF_BYTES)
     except DumpReadError as exc:
@@ -259,12 +275,9 @@ def _candidate(root: Path, path: Path, st: os.stat_result, by_context: dict[tupl
         return None
     fmt = sniff(head)
     if fmt == "zstd":
-        found.ignored.append(Unreadable(str(path), "zstd-compressed: decompress it first (zstd -d), then rerun"))
+        found.ignored.append(Unreadable(str(path), ZSTD))
         return None
     if fmt is None:
-        if named:
-            found.unreadable.append(Unreadable(str(path), "neither a pickle nor JSON (unrecognised first byte)"))
-        else:
-            found.ignored.append(Unreadable(str(path), "not a dump (neither a pickle, JSON nor gzip)"))
+        found.ignored.append(Unreadable(str(path), "not a dump (neither a pickle, JSON nor gzip)"))
         return None
     return Candidate(str(path), rank, rank_from, hint, fmt, named, explicit)

@@ -12,26 +12,26 @@ from __future__ import annotations
 
 import gc
 import gzip
-import hashlib
 import io
 import json
 import os
 import sys
 import zlib
-from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, sniff
+from lightning_ncclx.analysis import json_stream
+from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, refusal, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
+from lightning_ncclx.analysis.members import MembershipsSent, SharedMemberships
 from lightning_ncclx.analysis.p2p import p2p_from_context
-from lightning_ncclx.analysis.parse import MAX_RANK, build_trace, parse_pg_config
+from lightning_ncclx.analysis.parse import MAX_ENTRIES, MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
-from lightning_ncclx.analysis.safe_read import (MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES, MEMORY_HEADROOM_BYTES,
-                                                bounded_memory, human_bytes, read_regular)
+from lightning_ncclx.analysis.safe_read import (DECODE_BUDGET_BYTES, MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES,
+                                                SNIFF_BYTES, bounded_memory, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
 from lightning_ncclx.layout import COLLECTION_FILE
 
@@ -48,20 +48,24 @@ def read_candidate(c: Candidate) -> RankTrace | Unreadable:
     was_enabled = gc.isenabled()
     gc.disable()  # a dump is thousands of acyclic containers: the collector only costs time here
     try:
-        raw = read_regular(c.path, MAX_TRACE_BYTES, "dump")
-        with bounded_memory(MEMORY_HEADROOM_BYTES + 16 * len(raw)):
+        held = [read_regular(c.path, MAX_TRACE_BYTES, "dump")]
+        refused = None if c.fmt else refusal(held[0][:SNIFF_BYTES])
+        if refused is not None:
+            return (NotADump if refused[0] else Unreadable)(c.path, refused[1])
+        with bounded_memory(max(DECODE_BUDGET_BYTES - len(held[0]), 64 << 20)):
             try:
-                data, fmt = _decode(raw)
+                data, fmt, total = _decode(held)
             except DumpReadError as exc:
                 return (Unreadable if c.named_like_dump else NotADump)(c.path, str(exc))
             if not _looks_like_dump(data) and not c.named_like_dump:
                 return NotADump(c.path, "not a flight-recorder dump (no 'version' or 'entries' key)")
-            trace = build_trace(data, c.rank if c.rank is not None else -1, c.path, c.lib_hint)
+            trace = build_trace(data, c.rank if c.rank is not None else -1, c.path, c.lib_hint, total)
         return _with_rank(trace, c, data, fmt)
     except DumpReadError as exc:
         return Unreadable(c.path, str(exc))
     except MemoryError:
-        return Unreadable(c.path, "needs more than the memory cap to load (a hostile or corrupt pickle)")
+        return Unreadable(c.path, f"needs more than the {human_bytes(DECODE_BUDGET_BYTES)} memory cap to load (a "
+                                  "hostile or corrupt pickle, or a dump too large to decode whole)")
     finally:
         if was_enabled:
             gc.enable()
@@ -84,85 +88,48 @@ def _looks_like_dump(data: object) -> bool:
     return isinstance(data, dict) and ("version" in data or "entries" in data)
 
 
-def _decode(raw: bytes) -> tuple[object, str]:
-    kind = sniff(raw[:16])
-    if kind == "gzip":
+def _decode(held: list[bytes]) -> tuple[object, str, int]:
+    """(document, format, entries it held) from the one raw buffer in ``held``, which is taken
+    out of it: a 200 MB JSON dump must not live twice, as bytes and as text."""
+    if sniff(held[0][:16]) == "gzip":
+        raw = held.pop()
         try:
             inner = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(MAX_TRACE_BYTES + 1)
         except (OSError, EOFError, zlib.error) as exc:
             raise DumpReadError(f"not a valid gzip file ({str(exc)[:80]})") from None
+        del raw
         if len(inner) > MAX_TRACE_BYTES:
             raise DumpReadError(f"decompresses to over the {human_bytes(MAX_TRACE_BYTES)} cap")
-        data, fmt = _decode_plain(inner)
-        return data, f"gzip+{fmt}"
-    return _decode_plain(raw)
+        held.append(inner)
+        del inner
+        data, fmt, total = _decode_plain(held)
+        return data, f"gzip+{fmt}", total
+    return _decode_plain(held)
 
 
-def _decode_plain(raw: bytes) -> tuple[object, str]:
-    kind = sniff(raw[:16])
-    if kind == "json" or raw[:1] == b"[":
-        try:
-            return json.loads(raw), "json"
-        except (ValueError, RecursionError) as exc:
-            raise DumpReadError(f"not valid JSON ({str(exc)[:80]})") from None
-    if raw[:1] != b"\x80":
+def _decode_plain(held: list[bytes]) -> tuple[object, str, int]:
+    head = held[0][:16]
+    if sniff(head) == "json" or head[:1] == b"[":
+        data, total = json_stream.decode(held, MAX_ENTRIES)
+        return data, "json", total
+    if head[:1] != b"\x80":
         raise DumpReadError("neither a pickle nor JSON (unrecognised first byte)")
-    return safe_loads(raw), "pickle"
-
-
-class _RankTuples:
-    """One tuple object per distinct group membership. Every rank's dump repeats every group's
-    ranks (16,384 ranks: 16,384 copies of a 16,384-number list); shared, they are stored,
-    hashed and compared once. Workers send each membership once (see :func:`_read_packed`)."""
-
-    def __init__(self) -> None:
-        self._by_digest: dict[bytes, tuple[int, ...]] = {}
-
-    def _shared(self, ranks: Sequence[int] | array | bytes) -> tuple[int, ...]:
-        if isinstance(ranks, bytes):  # a digest: the same worker sent the membership before
-            return self._by_digest[ranks]
-        packed = ranks if isinstance(ranks, array) else array("q", ranks)
-        key = _digest(packed)
-        found = self._by_digest.get(key)
-        if found is None:
-            found = self._by_digest[key] = tuple(packed)
-        return found
-
-    def trace(self, trace: RankTrace | Unreadable) -> RankTrace | Unreadable:
-        if not isinstance(trace, RankTrace) or not trace.pg_config:
-            return trace
-        return replace(trace, pg_config={name: (desc, self._shared(ranks)) for name, (desc, ranks) in
-                                         trace.pg_config.items()})
-
-
-def _digest(packed: array) -> bytes:
-    return hashlib.blake2b(packed.tobytes(), digest_size=16).digest()
-
-
-_SENT: set[bytes] = set()
-"""Memberships this worker process has sent to the parent (pool.map yields in order, so the
-parent has read a worker's first copy before any later reference to it)."""
+    return safe_loads(held.pop()), "pickle", 0
 
 
 def _read_packed(c: Candidate) -> RankTrace | Unreadable:
-    """:func:`read_candidate` in a worker: a group's ranks go back as ``array('q')`` the first
-    time, as a 16-byte digest after that."""
-    trace = read_candidate(c)
-    if isinstance(trace, RankTrace) and trace.pg_config:
-        out = {}
-        for name, (desc, ranks) in trace.pg_config.items():
-            packed = array("q", ranks)
-            key = _digest(packed)
-            out[name] = (desc, key if key in _SENT else packed)
-            _SENT.add(key)
-        trace = replace(trace, pg_config=out)
-    return trace
+    """:func:`read_candidate` in a worker: each group membership goes back whole once, then as
+    a digest (see :class:`members.MembershipsSent`)."""
+    return _SENT.packed(read_candidate(c))
+
+
+_SENT = MembershipsSent()
 
 
 def _read_many(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
     """Read in ``workers`` forked processes. What comes back per rank is a few compact arrays
     (tens of KiB), never the entries themselves; group memberships are shared as they arrive."""
-    tuples = _RankTuples()
+    tuples = SharedMemberships()
     workers = min(workers, len(jobs) // FILES_PER_WORKER)
     if workers <= 1:
         return [tuples.trace(read_candidate(job)) for job in jobs]
@@ -223,12 +190,25 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     unreadable.extend(r for r in results if isinstance(r, Unreadable) and not isinstance(r, NotADump))
     read = _adopt_lone_backend([r for r in results if isinstance(r, RankTrace)])
     traces, duplicates = _dedupe(read)
-    warnings = tuple(_rank_disagreements(read, found.traces))
+    warnings = tuple(_rank_disagreements(read, found.traces)) + tuple(_cuts(traces))
     gone, silent, digest_only = read_collection(roots[0])
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
                         _locations(traces, contexts, roots[0]), gone, silent, activities,
                         tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings,
                         digest_only_ranks=digest_only)
+
+
+NOT_READ_IN_FULL = "not read in full: "
+"""How the summary's notes start that say what of a dump was left out (``RankTrace.cut``)."""
+
+
+def _cuts(traces: list[RankTrace]) -> list[str]:
+    """One line per dump the reader did not read in full (past its bounds), at most 20."""
+    cut = [t for t in traces if t.cut]
+    out = [f"{NOT_READ_IN_FULL}{t.path} (rank {t.rank}): {'; '.join(t.cut)}" for t in cut[:20]]
+    if len(cut) > 20:
+        out.append(f"{NOT_READ_IN_FULL}{len(cut) - 20} more dumps")
+    return out
 
 
 def _rank_disagreements(read: list[RankTrace], candidates: Sequence[Candidate]) -> list[str]:
@@ -374,8 +354,13 @@ def host_of(path: str, root: Path) -> str | None:
 
 def _locations(traces: list[RankTrace], contexts: dict[int, RankContext], root: Path) -> dict[str, tuple[str, ...]]:
     where: dict[str, set[str]] = {}
+    folders: dict[str, tuple[str, str | None]] = {}  # the files of a folder share both: worked out once per folder
     for t in traces:
+        folder = os.path.dirname(t.path)
+        if folder not in folders:
+            folders[folder] = (str(Path(t.path).parent), host_of(t.path, root))
+        parent, host_in_path = folders[folder]
         ctx = contexts.get(t.rank)
-        host = (ctx.host if ctx else None) or host_of(t.path, root) or "local"
-        where.setdefault(host, set()).add(str(Path(t.path).parent))
+        host = (ctx.host if ctx else None) or host_in_path or "local"
+        where.setdefault(host, set()).add(parent)
     return {h: tuple(sorted(p)) for h, p in where.items()}

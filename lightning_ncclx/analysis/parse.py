@@ -1,75 +1,39 @@
 """Turn one decoded flight-recorder dump (torch format 2.x, pickle or JSON) into a compact
-:class:`RankTrace`. Pure; raises DumpReadError for anything that is not a dump."""
+:class:`RankTrace`. Pure; raises DumpReadError for anything that is not a dump.
+
+The common dump (one process group, consecutive sequence ids) is compacted by
+:func:`compact.compact_common` in a few C-level passes; everything else here, entry by entry.
+What a dump holds beyond the bounds (:data:`MAX_ENTRIES` entries, :data:`MAX_GROUPS` groups,
+``compact.MAX_OPEN`` unfinished ops, ``members.MAX_GROUP_ROWS`` declared groups) is not read, and
+``RankTrace.cut`` says what was left out.
+"""
 
 from __future__ import annotations
 
 import re
 from array import array
-from functools import lru_cache
-from operator import gt, itemgetter
 from dataclasses import replace
+from operator import gt, itemgetter
 from typing import Any
 
 from lightning_ncclx.analysis.columns import (canonical_sig, done_column, open_indices, seq_column, sig_columns,
                                               sig_id, time_column)
-from lightning_ncclx.analysis.frames import format_frames, innermost_user_frame
-from lightning_ncclx.analysis.model import GroupTrack, OpenOp, P2POp, RankTrace
+from lightning_ncclx.analysis.compact import (CALLSITE_WINDOW, MAX_OPEN, NAME_CHARS, Compacted, bounded_open,
+                                              callsite_tail, compact_common, group_name, is_p2p, pick_lib)
+from lightning_ncclx.analysis.members import MAX_RANK, declared_world, parse_pg_config, parse_ranks
+from lightning_ncclx.analysis.model import GroupTrack, P2POp, RankTrace
 from lightning_ncclx.errors import DumpReadError
 
-_INT = re.compile(r"-?\d+")
-_RANK_LIST = re.compile(r"\[\s*(?:\d+\s*(?:,\s*\d+\s*)*,?\s*)?\]")
+__all__ = ["MAX_RANK", "build_trace", "check_entry_types", "parse_pg_config", "parse_ranks", "track_window"]
+
 _P2P = re.compile(r"^(send|recv)\s+(-?\d+|\?)\s*(->|<-)\s*(-?\d+|\?)")
 
-
-MAX_RANK = 1 << 20
-"""Group members at or beyond this (or negative) make a ``pg_config`` row malformed."""
-
-
-def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """``"[0, 1, 2]"`` (as torch writes it) or a list -> a tuple of ints; None when malformed
-    (anything but ints in ``[0, MAX_RANK)``, or more members than that)."""
-    if isinstance(value, (list, tuple)) and len(value) <= MAX_RANK and set(map(type, value)) <= {int}:
-        return _in_range(tuple(value))
-    if isinstance(value, str) and len(value) < 16 * MAX_RANK:
-        return _parse_rank_string(value)
-    return None
-
-
-def _in_range(ranks: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    if ranks and (min(ranks) < 0 or max(ranks) >= MAX_RANK):
-        return None
-    return ranks
-
-
-@lru_cache(maxsize=256)
-def _parse_rank_string(value: str) -> tuple[int, ...] | None:
-    """Every rank's dump repeats the same strings (16,384 ranks: 16,384 x 16,384 numbers): parse
-    and check each once per process, and share the one tuple."""
-    if not _RANK_LIST.fullmatch(value.strip()):
-        return None
-    ranks = tuple(map(int, _INT.findall(value)))
-    return _in_range(ranks) if len(ranks) <= MAX_RANK else None
-
-
-def parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """name -> (desc, ranks), skipping gloo's broken ``""`` key and malformed rows."""
-    out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    if not isinstance(raw, dict):
-        return out
-    for key, row in raw.items():
-        if not isinstance(row, dict):
-            continue
-        name, desc = row.get("name", key), row.get("desc", "")
-        if not isinstance(name, (str, int)) or not isinstance(desc, (str, int)):
-            continue  # a container here would only be expanded by str()
-        ranks = parse_ranks(row.get("ranks"))
-        if str(name) == "" or ranks is None:
-            continue
-        out[str(name)[:200]] = (str(desc)[:200], ranks)
-    return out
-
-
-CALLSITE_WINDOW = 128  # newest collectives per group whose user call site is extracted from frames
+MAX_ENTRIES = 1 << 16
+"""Entries read from one dump: the newest this many (torch's default buffer holds 2,000, a deep
+one 20,000). Older ones are not read, and the summary's notes say so."""
+MAX_GROUPS = 1024
+"""Process groups with collectives in one dump (a rank uses dozens): past this many, those whose
+newest entry is oldest are not read."""
 TRACK_WINDOW = 4096
 """Newest collectives per group and rank that are compacted and compared (at most; see
 :func:`track_window`). Every rule compares ranks over the sequence ids they all hold (a ring
@@ -86,14 +50,6 @@ per rank up to 2,048 ranks, 2,048 at 4,096 ranks, 512 from 16,384 ranks up."""
 
 def track_window(world_size: int) -> int:
     return max(MIN_TRACK_WINDOW, min(TRACK_WINDOW, WINDOW_CELLS // max(1, world_size)))
-
-
-def _declared_world(pg_config: dict[str, tuple[str, tuple[int, ...]]]) -> int:
-    """The job's size as this dump declares it (its default group's members), 0 when unknown."""
-    for desc, ranks in pg_config.values():
-        if desc == "default_pg" and ranks:
-            return len(ranks)
-    return 0
 
 
 def _track(lib: str, name: str, es: list, done: bytes | None = None, window: int | None = None) -> GroupTrack:
@@ -115,20 +71,15 @@ def _track(lib: str, name: str, es: list, done: bytes | None = None, window: int
         done = None if done is None else done[cut:]
     done = done_column(es, lib) if done is None else done
     times = time_column(es)
-    k = max(0, len(es) - CALLSITE_WINDOW)
-    seen: dict = {}  # one string object per distinct call site: pickles (and lives) once
-    calls = [seen.setdefault(c, c) for c in map(innermost_user_frame, map(_frames, es[k:]))]
+    calls = list(callsite_tail(es))
+    desc = str(es[0]["process_group"][1])[:NAME_CHARS]
     if len(set(seqs)) != len(seqs):  # coalesced: several entries share one sequence id
-        return _coalesced_track(lib, name, es, seqs, done, times, [None] * k + calls)
+        return _coalesced_track(lib, name, desc, es, seqs, done, times, [None] * (len(es) - len(calls)) + calls)
     ids, table = sig_columns(es)
-    return GroupTrack(lib, name, str(es[0]["process_group"][1])[:200], seqs, ids, table, done, times, tuple(calls))
+    return GroupTrack(lib, name, desc, seqs, ids, table, done, times, tuple(calls))
 
 
-def _frames(e: dict) -> Any:
-    return e.get("frames")
-
-
-def _coalesced_track(lib: str, name: str, es: list, seqs: array, done: bytes, times: array,
+def _coalesced_track(lib: str, name: str, desc: str, es: list, seqs: array, done: bytes, times: array,
                      calls: list) -> GroupTrack:
     """Merge entries sharing a sequence id into one slot (rare: coalesced ops on NCCL)."""
     out_seqs, out_sigs, out_done, out_times, out_calls = [], [], [], [], []
@@ -144,7 +95,7 @@ def _coalesced_track(lib: str, name: str, es: list, seqs: array, done: bytes, ti
     table = {sig_id(s): s for s in dict.fromkeys(out_sigs)}
     by_sig = {s: i for i, s in table.items()}
     n_tail = min(len(out_calls), CALLSITE_WINDOW)
-    return GroupTrack(lib, name, str(es[0]["process_group"][1]), array("q", out_seqs),
+    return GroupTrack(lib, name, desc, array("q", out_seqs),
                       array("q", [by_sig[s] for s in out_sigs]), table, bytes(out_done), array("q", out_times),
                       tuple(out_calls[len(out_calls) - n_tail:]))
 
@@ -154,8 +105,9 @@ def _merge(a: tuple, b: tuple) -> tuple:
     return (op, a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
 
 
-def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrace:
-    """Compact one decoded dump. ``rank`` comes from the file name."""
+def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "", entries_total: int | None = None) -> RankTrace:
+    """Compact one decoded dump. ``rank`` comes from the file name; ``entries_total``: how many
+    entries the file held when its reader kept only the newest (see :mod:`json_stream`)."""
     if not isinstance(dump, dict):
         raise DumpReadError(f"not a flight-recorder dump: top level is {type(dump).__name__}, not dict")
     version = dump.get("version", "")
@@ -164,15 +116,29 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "") -> RankTrac
     if not version:
         raise DumpReadError("not a flight-recorder dump: no 'version' key")
     if not version.startswith("2."):
-        raise DumpReadError(f"unsupported flight-recorder format version {version!r} (2.x expected)")
+        raise DumpReadError(f"unsupported flight-recorder format version {version[:40]!r} (2.x expected)")
     entries = dump.get("entries", [])  # a JSON dump with zero entries has no 'entries' key
     if not isinstance(entries, list):
         raise DumpReadError(f"'entries' is {type(entries).__name__}, not a list")
-    names = check_entry_types(entries)
-    try:
-        return _compact(dump, entries, names, rank, path, version, lib_hint)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
-        raise DumpReadError(_count_message(entries, f"{type(exc).__name__}: {str(exc)[:100]}")) from None
+    cut: list[str] = []
+    total = max(len(entries), entries_total or 0)
+    if len(entries) > MAX_ENTRIES:
+        entries = entries[-MAX_ENTRIES:]
+    if total > len(entries):
+        cut.append(f"it holds {total:,} entries; the newest {len(entries):,} were read")
+    pg_config = parse_pg_config(dump.get("pg_config"), cut)
+    window = track_window(declared_world(pg_config))
+    content = compact_common(entries, lib_hint, window, cut)
+    if content is None:
+        names = check_entry_types(entries)
+        try:
+            content = _compact(entries, names, lib_hint, window, cut)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+            raise DumpReadError(_count_message(entries, f"{type(exc).__name__}: {str(exc)[:100]}")) from None
+    comm = dump.get("comm_lib_version")
+    return RankTrace(rank, content.lib, path, version, pg_config, content.groups, content.p2p, content.open_ops,
+                     total, content.newest_ns, comm_lib_version=comm[:100] if isinstance(comm, str) else "",
+                     cut=tuple(cut))
 
 
 _SIZE_KEYS = ("input_sizes", "output_sizes")
@@ -235,15 +201,14 @@ def _entry_problem(e: Any) -> str | None:
     return None
 
 
-def _compact(dump: dict, entries: list, names: list[str], rank: int, path: str, version: str,
-             lib_hint: str) -> RankTrace:
-    libs = {n.rpartition(":")[0] for n in set(names)}
-    lib = _pick_lib(libs, lib_hint)
+def _compact(entries: list, names: list[str], lib_hint: str, window: int, cut: list[str]) -> Compacted:
+    """Any dump, entry by entry: several groups, point-to-point, coalesced or reordered ids."""
+    lib = pick_lib({n.rpartition(":")[0] for n in set(names)}, lib_hint)
     by_group, p2p_entries = _partition(entries)
+    if len(by_group) > MAX_GROUPS:
+        by_group = _newest_groups(entries, by_group, cut)
     done_all = done_column(entries, lib)
-    pg_config = parse_pg_config(dump.get("pg_config"))
-    window = track_window(_declared_world(pg_config))
-    if len(by_group) == 1 and not p2p_entries:  # the common case: reuse the whole-dump column
+    if len(by_group) == 1 and not p2p_entries:  # one group: reuse the whole-dump column
         tracks = {g: _track(lib, g, es, done_all, window) for g, es in by_group.items()}
     else:
         tracks = {g: _track(lib, g, es, window=window) for g, es in by_group.items()}
@@ -253,26 +218,41 @@ def _compact(dump: dict, entries: list, names: list[str], rank: int, path: str, 
         p2p_seq = e.get("p2p_seq_id", 0)
         if type(p2p_seq) is not int:
             raise ValueError(f"p2p_seq_id is {type(p2p_seq).__name__}")
-        op = _p2p(str(e["process_group"][0]), e["profiling_name"].rpartition(":")[2], p2p_seq, done)
+        op = _p2p(group_name(e["process_group"]), e["profiling_name"].rpartition(":")[2], p2p_seq, done)
         sig = canonical_sig(e)
         p2p.append(replace(op, sizes=sig[1] or sig[3], dtypes=sig[2] or sig[4]))
-    open_ops = [_open_op(entries[i], lib) for i in open_indices(done_all)]
+    open_ops = bounded_open(entries, open_indices(done_all), lib, cut)
     newest = max((t for tr in tracks.values() for t in tr.times_ns[-1:]), default=0)
     newest = max([newest] + [e.get("time_created_ns") or 0 for e in p2p_entries])
-    comm = dump.get("comm_lib_version")
-    return RankTrace(rank, lib, path, version, pg_config, tracks, tuple(p2p),
-                     tuple(open_ops), len(entries), newest,
-                     comm_lib_version=comm[:100] if isinstance(comm, str) else "")
+    return Compacted(lib, tracks, _bounded_p2p(p2p, cut), open_ops, newest)
+
+
+def _newest_groups(entries: list, by_group: dict[str, list], cut: list[str]) -> dict[str, list]:
+    """The :data:`MAX_GROUPS` groups whose newest entry is newest (a hostile dump names a group
+    per entry; a job's rank uses dozens)."""
+    last: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        last[group_name(e["process_group"])] = i
+    keep = sorted(by_group, key=lambda g: last.get(g, -1))[-MAX_GROUPS:]
+    cut.append(f"it has collectives in {len(by_group):,} process groups; the {MAX_GROUPS} with the newest were read")
+    return {g: by_group[g] for g in by_group if g in set(keep)}
+
+
+def _bounded_p2p(ops: list[P2POp], cut: list[str]) -> tuple[P2POp, ...]:
+    """Every unfinished send/recv (the oldest ``compact.MAX_OPEN``), and of the finished ones only
+    each group's newest: a finished pair is never a finding, it only shows the group is used."""
+    pending = [i for i, op in enumerate(ops) if not op.done]
+    if len(pending) > MAX_OPEN:
+        cut.append(f"{len(pending):,} sends and receives are unfinished in it; the oldest {MAX_OPEN} were read")
+    newest_done = {op.group: i for i, op in enumerate(ops) if op.done}
+    keep = set(pending[:MAX_OPEN]) | set(newest_done.values())
+    return tuple(op for i, op in enumerate(ops) if i in keep)
 
 
 _NAME = itemgetter("profiling_name")
 _PG = itemgetter("process_group")
 _IS_P2P = itemgetter("is_p2p")
 _SEQ = itemgetter("collective_seq_id")
-
-
-def _is_p2p(e: dict) -> bool:
-    return bool(e.get("is_p2p")) or (e["collective_seq_id"] == 0 and e.get("p2p_seq_id", 0) > 0)
 
 
 def _partition(entries: list) -> tuple[dict[str, list], list]:
@@ -282,51 +262,26 @@ def _partition(entries: list) -> tuple[dict[str, list], list]:
         return {}, []
     try:
         pgs = list(map(_PG, entries))
+        group_name(pgs[0])  # a valid pair first: a count against a memo-shared tree would walk it
         simple = (not any(map(_IS_P2P, entries)) and 0 not in map(_SEQ, entries)
                   and pgs.count(pgs[0]) == len(pgs))
-    except KeyError:
+    except (KeyError, ValueError):
         simple = False
     if simple:  # every entry's pair equals the first: checking the first checks them all
-        return {_group_name(pgs[0]): entries}, []
+        return {group_name(pgs[0]): entries}, []
     by_group: dict[str, list] = {}
     p2p_entries = []
     for e in entries:
-        if _is_p2p(e):
-            _group_name(e["process_group"])
+        if is_p2p(e):
+            group_name(e["process_group"])
             p2p_entries.append(e)
         else:
-            by_group.setdefault(_group_name(e["process_group"]), []).append(e)
+            by_group.setdefault(group_name(e["process_group"]), []).append(e)
     return by_group, p2p_entries
 
 
-def _group_name(pg: Any) -> str:
-    """The name of a ``process_group`` (name, desc) pair; ValueError for anything else."""
-    if type(pg) not in _CONTAINERS or len(pg) != 2 or not all(type(x) in (str, int) for x in pg):
-        raise ValueError("process_group is not a (name, desc) pair")
-    return str(pg[0])
-
-
-def _open_op(e: dict, lib: str) -> OpenOp:
-    """An entry that has not finished (see :func:`columns.done_column`) as the op a rank is in."""
-    seq = e["collective_seq_id"]
-    is_p2p = _is_p2p(e)
-    pg = e["process_group"]
-    if not isinstance(e.get("state", ""), (str, type(None))):
-        raise ValueError(f"state is {type(e.get('state')).__name__}")
-    return OpenOp(lib, str(pg[0]), str(pg[1]), e.get("p2p_seq_id", 0) if is_p2p else seq,
-                  e["profiling_name"].rpartition(":")[2], is_p2p, e.get("state", ""),
-                  e.get("time_created_ns") or 0, format_frames(e.get("frames")))
-
-
-def _pick_lib(libs: set[str], hint: str) -> str:
-    if len(libs) == 1:
-        return next(iter(libs))
-    if hint:
-        return hint
-    return "+".join(sorted(libs)) if libs else "unknown"
-
-
 def _p2p(group: str, name: str, seq: int, done: bool) -> P2POp:
+    name = name[:NAME_CHARS]
     match = _P2P.match(name)
     if not match:
         return P2POp(group, name.split(" ")[0], -1, -1, seq, done)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Callable, Iterator, Mapping
 
 from lightning_ncclx.analysis.model import CulpritState, RankContext, RankRow, RankTrace, TimelineOp
@@ -40,21 +42,31 @@ def _first_user(frames: tuple[str, ...]) -> str | None:
 
 
 def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: int = TIMELINE_LENGTH) -> tuple[TimelineOp, ...]:
-    ops: list[TimelineOp] = []
+    """The rank's newest ``length`` collectives over all its groups, oldest first."""
+    ops: list[tuple] = []
     for lib_traces in by_lib.values():
         trace = lib_traces.get(rank)
         if trace is None:
             continue
         for name, tr in trace.groups.items():
-            for i in range(max(0, len(tr.seqs) - length), len(tr.seqs)):
-                ops.append(TimelineOp(name, tr.seqs[i], tr.sig(i)[0], bool(tr.done[i]), tr.times_ns[i]))
-    ops.sort(key=lambda o: (o.time_ns, o.group, o.seq))
-    return tuple(ops[-length:])
+            start = max(0, len(tr.seqs) - length)
+            ops.extend(zip(tr.times_ns[start:], repeat(name), tr.seqs[start:],
+                           map(tr.sig_table.__getitem__, tr.sig_ids[start:]), tr.done[start:]))
+    ops.sort(key=itemgetter(0, 1, 2))
+    return tuple(TimelineOp(name, seq, sig[0], bool(done), time_ns) for time_ns, name, seq, sig, done in ops[-length:])
 
 
 MAX_MISSING_ROWS = 1000
-"""Rows for ranks without a dump beyond the culprits: a folder with 8 dumps of a 100k-rank job
-lists 1000 of the others (``ranks_missing`` has them all)."""
+"""Rows for ranks without a dump, culprits first: a folder with 8 dumps of a 100k-rank job lists
+1000 of the others (``ranks_missing`` has them all)."""
+MAX_LISTED = 1000
+"""Culprits whose state (and signature) a finding lists one by one; its ``ranks`` has them all."""
+
+
+def listed(ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """The ranks of a finding that get a state of their own (a 100k-rank group that left 3 dumps
+    must not build 100k of them)."""
+    return ranks[:MAX_LISTED]
 
 
 class RankStates(Mapping[int, CulpritState]):
@@ -84,11 +96,13 @@ class RankStates(Mapping[int, CulpritState]):
 def rank_rows(seen: tuple[int, ...], missing: tuple[int, ...], by_lib: Mapping[str, Mapping[int, RankTrace]],
               states: Mapping[int, CulpritState], contexts: Mapping[int, RankContext],
               keep: tuple[int, ...] = ()) -> tuple[RankRow, ...]:
-    """One row per dumped rank, per rank in ``keep`` (culprits), and per missing rank up to
-    :data:`MAX_MISSING_ROWS`."""
-    listed = set(seen) | {r for r in keep if r in missing} | set(sorted(missing)[:MAX_MISSING_ROWS])
+    """One row per dumped rank, per rank in ``keep`` (culprits, up to :data:`MAX_LISTED` of them
+    without a dump), and per missing rank up to :data:`MAX_MISSING_ROWS`."""
+    absent = set(missing)
+    culprits = sorted({r for r in keep if r in absent})[:MAX_LISTED]
+    others = sorted(missing)[:MAX_MISSING_ROWS]
     rows = []
-    for r in sorted(listed):
+    for r in sorted(set(seen) | set(culprits) | set(others)):
         st = states.get(r) or culprit_state(r, by_lib, {})
         ctx = contexts.get(r)
         rows.append(RankRow(r, ctx.host if ctx else None, st.state, st.detail, st.location, timeline(r, by_lib)))

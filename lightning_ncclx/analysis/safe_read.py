@@ -79,7 +79,10 @@ def read_regular(path: str | os.PathLike, cap: int, what: str = "file", limit: i
         os.close(fd)
 
 
-MEMORY_HEADROOM_BYTES = 1 << 30
+DECODE_BUDGET_BYTES = 640 << 20
+"""Address space one dump may take while it is decoded and compacted, its raw bytes included: a
+reader stays under 1 GiB whatever a file holds (a JSON dump is read newest entries only; a pickle
+that needs more is unreadable, "needs more than the memory cap")."""
 
 
 @contextmanager

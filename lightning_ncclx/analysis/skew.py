@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from heapq import nsmallest
 from itertools import compress
 from operator import sub
 from typing import Mapping
@@ -49,16 +50,21 @@ def group_stragglers(group: GroupRef, tracks: Mapping[int, GroupTrack]) -> list[
         if array("q", t.seqs[a:b]) != want:
             return []  # gaps in sequence ids: cannot line the ranks up cheaply; skip this group
         columns.append(t.times_ns[a:b])
-    keep = [0 not in row for row in zip(*columns)]  # a rank without a creation time: skip the collective
-    firsts = list(map(min, *columns))
-    worst_at = list(map(tuple.index, zip(*columns), map(max, *columns)))
-    last_count = Counter(compress(worst_at, keep))
-    out = []
+    # One pass over the collectives (each row of times lives only while it is looked at: 16,384
+    # ranks x 128 collectives held at once would be ~100 MB of int objects), one per rank.
+    keep, firsts, worst_at = [], [], []
+    for row in zip(*columns):
+        kept = 0 not in row  # a rank without a creation time: skip the collective
+        keep.append(kept)
+        if kept:
+            firsts.append(min(row))
+            worst_at.append(row.index(max(row)))
+    if not firsts:
+        return []
+    last_count = Counter(worst_at)
+    ranked = []
     for i, r in enumerate(ranks):
-        values = sorted(compress(map(sub, columns[i], firsts), keep))
-        if not values:
-            continue
-        out.append(Straggler(group.lib, group.name, group.desc, r, _percentile(values, 0.5) / 1e6,
-                             _percentile(values, 0.95) / 1e6, last_count[i] / len(values), len(values)))
-    out.sort(key=lambda s: (-s.median_late_ms, -s.p95_late_ms, s.rank))
-    return out[:TOP]
+        values = sorted(map(sub, compress(columns[i], keep), firsts))
+        ranked.append((-_percentile(values, 0.5), -_percentile(values, 0.95), r, i, len(values)))
+    return [Straggler(group.lib, group.name, group.desc, r, -median / 1e6, -p95 / 1e6, last_count[i] / n, n)
+            for median, p95, r, i, n in nsmallest(TOP, ranked)]

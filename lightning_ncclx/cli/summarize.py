@@ -27,7 +27,7 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
         run_summarize(Path("ncclx_dumps/stall-001"), fmt="json", output=Path("summary.json"))
     """
     from lightning_ncclx.analysis import Verdict, analyze_folder
-    from lightning_ncclx.analysis.load import event_folders
+    from lightning_ncclx.analysis.load import NOT_READ_IN_FULL, event_folders
     from lightning_ncclx.files import atomic_write_text
 
     if fmt not in SUMMARY_FORMATS:
@@ -71,6 +71,9 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
         print(f"lightning-ncclx summarize: cannot write {terminal_safe(str(output))}: {exc.strerror or exc}",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    for note in summary.notes:
+        if note.startswith(NOT_READ_IN_FULL):
+            print(terminal_safe(f"lightning-ncclx summarize: {note}"), file=sys.stderr)
     for u in summary.unreadable[:20]:
         print(terminal_safe(f"lightning-ncclx summarize: skipped {u.path}: {u.why}"), file=sys.stderr)
     if len(summary.unreadable) > 20:

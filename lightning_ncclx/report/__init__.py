@@ -25,11 +25,21 @@ __all__ = ["render_html", "render_json", "render_markdown", "render_text", "writ
 
 
 def render_json(summary: Summary, incident: dict | None = None) -> str:
-    """The documented JSON form (``docs/summary-json.md``), with the ``incident`` block when given."""
+    """The documented JSON form (``docs/summary-json.md``), with the ``incident`` block when given.
+    One line per top-level key and per element of a list of objects (a finding, a row, an
+    input), each written compactly by the C encoder: ``indent`` would put every rank number of
+    a 16,384-rank group on a line of its own, through the pure-Python encoder."""
     data = summary.to_dict()
     if incident is not None:
         data["incident"] = incident
-    return json.dumps(data, indent=2, sort_keys=False) + "\n"
+    lines = [f"  {json.dumps(key)}: {_value(value)}" for key, value in data.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def _value(value: object) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return "[\n" + ",\n".join(f"    {json.dumps(v)}" for v in value) + "\n  ]"
+    return json.dumps(value)
 
 
 def write_reports(summary: Summary, folder: str | os.PathLike) -> dict[str, Path]:

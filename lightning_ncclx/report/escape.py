@@ -49,6 +49,8 @@ def escaped(value: Any, escape: Callable[[str], str]) -> Any:
         items = [escaped(v, escape) for v in value]
         if all(a is b for a, b in zip(items, value)):
             return value
+        if hasattr(value, "_fields"):  # a named tuple keeps its type (a timeline op)
+            return type(value)(*items)
         return tuple(items) if isinstance(value, tuple) else items
     if isinstance(value, Mapping):
         pairs = [(escaped(k, escape), escaped(v, escape)) for k, v in value.items()]

@@ -161,3 +161,20 @@ def test_json_report_lists_inputs_and_ignored(tmp_path, capsys):
     assert set(d["inputs"][0]) == {"path", "rank", "rank_from", "backend", "format", "version", "comm_lib_version",
                                    "entries"}
     assert d["ignored"][0]["path"].endswith("README") and d["duplicates"] == []
+
+
+def test_a_file_named_like_a_dump_is_sniffed_by_its_reader_with_the_same_verdicts(tmp_path):
+    """Discovery opens no file whose name gives its rank (16,384 opens saved); what its first
+    bytes say is then judged by the reader exactly as discovery judges the others."""
+    for r in range(3):
+        write(tmp_path, f"rank_{r}.pkl", _data(r))
+    zstd = b"\x28\xb5\x2f\xfd" + os.urandom(32)
+    (tmp_path / "rank_3.pkl").write_bytes(zstd)  # named: read, then refused by its first bytes
+    (tmp_path / "compressed.bin").write_bytes(zstd)  # unnamed: refused at discovery
+    (tmp_path / "rank_4.pkl").write_bytes(b"\x80\x01 not a pickle protocol this reads")
+    s = analyze_folder(tmp_path)
+    assert s.culprit_ranks == (2,)
+    ignored = {Path(u.path).name: u.why for u in s.ignored}
+    assert ignored["rank_3.pkl"] == ignored["compressed.bin"] == "zstd-compressed: decompress it first (zstd -d), then rerun"
+    assert [(Path(u.path).name, u.why) for u in s.unreadable] == [
+        ("rank_4.pkl", "neither a pickle nor JSON (unrecognised first byte)")]

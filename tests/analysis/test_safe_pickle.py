@@ -32,3 +32,16 @@ def test_malicious_reduce_is_refused_before_it_runs(capsys):
 def test_truncated_or_garbage_pickle_is_a_dump_read_error(raw):
     with pytest.raises(DumpReadError, match="not a valid pickle"):
         safe_loads(raw)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_any_protocol_reads_as_pickle_loads_reads_it(protocol):
+    """Frames, data across frame ends, long strings, nesting: the unpickler's file hands over
+    everything at once and it must read on from its own buffer exactly as ``pickle.loads``."""
+    blob = b"y" * 70_000 if protocol > 2 else "y" * 70_000  # protocol 2 pickles bytes through a global
+    value = {"entries": [{"s": "x" * 100_000, "n": [1, -2, 2**70, 2.5, None, True], "b": blob,
+                          "t": (1, (2, [3])), "d": {}} for _ in range(40)], "version": "2.10"}
+    raw = pickle.dumps(value, protocol=protocol)
+    assert safe_loads(raw) == value == pickle.loads(raw)
+    with pytest.raises(DumpReadError, match="not a valid pickle"):
+        safe_loads(raw[: len(raw) // 2])

@@ -1,0 +1,102 @@
+"""Offline inputs that declare or hold far more than a job has: a 200 MB JSON dump with one
+giant ``entries`` list, three dumps of a declared 100,000-rank world. ``lightning-ncclx
+summarize`` runs as its own process: it stays under 1 GiB (peak RSS, from ``wait4`` through a
+small parent that reports its child's), exits 0 or 1 without a traceback, says on stderr and in
+the notes what it did not read, and still analyzes every readable rank. The time they take is
+guarded by the pytest timeout only (``docs/bench-analyzer.md`` has the figures)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synth import T0, collectives, dump, entry, write
+
+from lightning_ncclx.analysis.parse import MAX_ENTRIES
+from lightning_ncclx.analysis.ranks import MAX_LISTED
+
+REPO = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+
+_RUN = """
+import resource, subprocess, sys
+proc = subprocess.run([sys.executable, "-m", "lightning_ncclx.cli", "summarize", *sys.argv[1:]],
+                      capture_output=True, text=True)
+sys.stderr.write(proc.stderr)
+print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def _summarize(folder: Path, out: Path) -> tuple[int, int, str, dict]:
+    """(exit code, peak RSS in bytes, stderr, summary.json) of one ``summarize`` process."""
+    proc = subprocess.run([sys.executable, "-c", _RUN, str(folder), "--format", "json", "--output", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    code, peak = map(int, proc.stdout.split())
+    return code, peak, proc.stderr, json.loads(out.read_text()) if out.exists() else {}
+
+
+def _template(state: str) -> str:
+    """One entry as JSON with %d slots for its record id, sequence id and creation time."""
+    text = json.dumps(entry(0, 1, state=state))
+    for field, value in (("record_id", 0), ("collective_seq_id", 1), ("time_created_ns", T0)):
+        text = text.replace(f'"{field}": {value}', f'"{field}": %d')
+    return text
+
+
+def _giant_json(path: Path, megabytes: int) -> int:
+    """A JSON dump of ``megabytes`` MB: one entries list of collectives 1, 2, 3, ...; the last
+    one unfinished. Returns how many entries it holds."""
+    done, pending = _template("completed"), _template("started")
+    n = megabytes * 10**6 // (len(done % (10**6, 10**6, T0)) + 2)
+    head = json.dumps({"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                             "ranks": "[0, 1, 2]"}}})[:-1]
+    with open(path, "w") as fh:
+        fh.write(head + ', "entries": [')
+        for start in range(0, n - 1, 10_000):
+            fh.write(", ".join(done % (i, i + 1, T0 + i) for i in range(start, min(n - 1, start + 10_000))) + ", ")
+        fh.write(pending % (n - 1, n, T0 + n) + "]}")
+    return n
+
+
+@pytest.mark.timeout(120)
+def test_a_200_mb_json_dump_is_read_newest_entries_first_within_1_gib(tmp_path: Path) -> None:
+    folder = tmp_path / "dumps"
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for r in (0, 1):
+        write(folder, f"rank_{r}.pkl", dump(collectives(5, last_state="started"), groups))
+    held = _giant_json(folder / "rank_2.json", 200)
+    assert (folder / "rank_2.json").stat().st_size > 190 * 10**6
+    code, peak, err, summary = _summarize(folder, tmp_path / "summary.json")
+    assert code in (0, 1) and "Traceback" not in err, err
+    assert peak < GIB, f"peak RSS {peak / 2**20:.0f} MiB"
+    said = f"it holds {held:,} entries; the newest {MAX_ENTRIES:,} were read"
+    assert said in err and any(said in n for n in summary["notes"])
+    assert summary["ranks_seen"] == [0, 1, 2]
+    (giant,) = [i for i in summary["inputs"] if i["rank"] == 2]
+    assert giant["entries"] == held and giant["format"] == "json"
+
+
+@pytest.mark.timeout(30)  # the whole run: it took over a minute while anything was per declared rank
+def test_three_dumps_of_a_declared_100k_rank_world_cost_nothing_per_declared_rank(tmp_path: Path) -> None:
+    folder = tmp_path / "dumps"
+    world = 100_000
+    groups = {"0": ("default_pg", list(range(world)))}
+    for r in range(3):
+        es = collectives(5 if r != 2 else 4, last_state="started" if r != 2 else "completed")
+        write(folder, f"rank_{r}.pkl", dump(es, groups))
+    code, peak, err, summary = _summarize(folder, tmp_path / "summary.json")
+    assert code == 1 and "Traceback" not in err, err
+    assert peak < GIB, f"peak RSS {peak / 2**20:.0f} MiB"
+    assert summary["culprit_ranks"] == [2] and summary["verdict"] == "not_entered"
+    assert summary["ranks_seen"] == [0, 1, 2] and len(summary["ranks_missing"]) == world - 3
+    missing = next(f for f in summary["findings"] if f["kind"] == "dump_missing")
+    assert len(missing["ranks"]) == world - 3
+    assert len(missing["culprit_states"]) == len(missing["observed"]) == MAX_LISTED
+    classed = [r for c in summary["rank_classes"] for r in c["ranks"]]
+    assert len(classed) == len(set(classed)) == sum(c["count"] for c in summary["rank_classes"])
+    assert {row["rank"] for row in summary["per_rank"]} <= set(classed) and {0, 1, 2} <= set(classed)
+    assert len(summary["per_rank"]) <= 3 + 1000
+    assert (tmp_path / "summary.json").stat().st_size < 8 << 20  # the rank numbers, not a row per rank
