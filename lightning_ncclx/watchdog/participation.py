@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lightning_ncclx.config import HANG_KINDS, StallAction, WatchdogConfig, exit_code_for
-from lightning_ncclx.dump.digest import digest_files
+from lightning_ncclx.dump.digest import make_digest
 from lightning_ncclx.dump.writer import host_name, write_rank_dump
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.gather import CollectionResult, record_recovery
 from lightning_ncclx.events.keys import safe_host
-from lightning_ncclx.events.packing import pack_named
 from lightning_ncclx.events.wire import Announcement, EventMeta, Outcome
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 
@@ -189,7 +188,7 @@ class EventParticipation:
         if rt.config.gather_through_store and not initiator:
             if two_phase:
                 try:
-                    digest = pack_named(digest_files(files))
+                    digest = make_digest(files)
                 except Exception:  # noqa: BLE001 - the initiator then names this rank's dump as kept on its host
                     log.warning("[rank %d] making the digest failed", rt.rank, exc_info=True)
             else:

@@ -1,0 +1,168 @@
+"""The two-phase gather on the initiator: every rank's digest first, then the full dumps of the
+smaller side of the first diagnosis and a few peers.
+
+1. The digests (:mod:`lightning_ncclx.dump.digest`, inside each announcement) are expanded into
+   dump files under ``ranks/<host>/``: written into ``.incoming/`` first, then each host's
+   folder moved into place at once (one rename, not a replace per file: 16,384 ranks make 49,152
+   files). A ``pg_config`` membership is written into ``DECLARATIONS_KEPT`` files at most.
+2. The analyzer diagnoses the event folder; :func:`ranks_to_pull` picks the smaller side.
+3. ``want`` rings those ranks' bells; their full dumps replace their digests as they arrive.
+
+A digest that is not what this version writes costs only that rank's entry (``refused``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from lightning_ncclx.dump.digest_expand import DigestError, Runs, expand_digest
+from lightning_ncclx.events.collection import CollectionResult
+from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full, target_folder
+from lightning_ncclx.layout import GATHERED_FOLDER
+
+log = logging.getLogger(__name__)
+
+MAX_FULL_DUMPS_PULLED = 64
+DECLARATIONS_KEPT = 3
+"""Expanded digests that declare one group membership: the analyzer takes a group's members from
+the most common declaration, so three agreeing digests outvote one planted one."""
+STAGING_FOLDER = "digests"
+
+
+class _Declarations:
+    """Say yes to each distinct (group, members) the first ``DECLARATIONS_KEPT`` times."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, Runs], int] = {}
+
+    def keep(self, name: str, desc: str, runs: Runs) -> bool:
+        key = (name, desc, runs)
+        count = self._seen.get(key, 0)
+        if count >= DECLARATIONS_KEPT:
+            return False
+        self._seen[key] = count + 1
+        return True
+
+
+def expand_digests(coordinator: EventCoordinator, result: CollectionResult) -> list[int]:
+    """First phase: the digests of the ranks whose dump is not in the event folder, as dump files
+    in ``ranks/<host>/``; returns the ranks read from a digest."""
+    present = names_in(result.folder)
+    staging = result.folder / INCOMING_FOLDER / STAGING_FOLDER
+    declarations = _Declarations()
+    expanded: list[int] = []
+    for rank, announcement in sorted(result.announced.items()):
+        if announcement.digest is None or has_local_copy(present, rank, announcement.files):
+            continue
+        try:
+            files = expand_digest(announcement.digest, rank, coordinator.world_size, declarations.keep)
+        except DigestError as error:
+            result.refused.append(f"rank {rank}'s digest: {error}")
+            continue
+        host_folder = staging / announcement.host
+        host_folder.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            with open(host_folder / name, "wb") as handle:
+                handle.write(data)
+        result.gathered[rank] = str(target_folder(result.folder, announcement))
+        expanded.append(rank)
+    _move_into_place(staging, result.folder / GATHERED_FOLDER)
+    return expanded
+
+
+def _move_into_place(staging: Path, gathered: Path) -> None:
+    """Each host folder of ``staging`` becomes ``gathered/<host>`` (one rename where it does not
+    exist yet, else file by file)."""
+    if not staging.is_dir():
+        return
+    gathered.mkdir(parents=True, exist_ok=True)
+    for host_folder in staging.iterdir():
+        target = gathered / host_folder.name
+        try:
+            os.rename(host_folder, target)
+            continue
+        except OSError:
+            pass
+        target.mkdir(parents=True, exist_ok=True)
+        for path in host_folder.iterdir():
+            os.replace(path, target / path.name)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def ranks_to_pull(summary: object | None, digests: list[int], peers: int) -> list[int]:
+    """Of the ranks read from a digest: the smaller side of the first diagnosis (its culprits, or
+    its waiting ranks where those are fewer: one rank that ran ahead leaves all others "never
+    entered"), at most ``MAX_FULL_DUMPS_PULLED``, and up to ``peers`` of the other side."""
+    have = set(digests)
+    culprits = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
+    waiting = [int(r) for r in getattr(summary, "waiting_ranks", ()) or ()]
+    small, large = (waiting, culprits) if waiting and len(waiting) < len(culprits) else (culprits, waiting)
+    chosen = [r for r in small if r in have][:MAX_FULL_DUMPS_PULLED]
+    others = [r for r in dict.fromkeys(large + sorted(digests)) if r in have and r not in chosen]
+    return sorted(chosen + others[:peers])
+
+
+def _first_diagnosis(result: CollectionResult, rank: int) -> object | None:
+    try:
+        from lightning_ncclx.analysis import analyze_folder
+
+        return analyze_folder(result.folder, extra_roots=tuple(sorted({Path(p) for p in result.gathered.values()})))
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] diagnosing the digests failed", rank, exc_info=True)
+        return None
+
+
+def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, dump_dir: Path,
+                     timeout_seconds: float, peers: int) -> None:
+    rank = coordinator.rank
+    started = time.monotonic()
+    digests = expand_digests(coordinator, result)
+    result.timings["digests"] = time.monotonic() - started
+    want: list[int] = []
+    if digests:
+        started = time.monotonic()
+        want = ranks_to_pull(_first_diagnosis(result, rank), digests, peers)
+        result.timings["first_diagnosis"] = time.monotonic() - started
+    try:
+        coordinator.request_full_dumps(result.event, want)  # also when empty: the others stop waiting for it
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] asking for the full dumps of %s failed", rank, want, exc_info=True)
+        want = []
+    started = time.monotonic()
+    pulled = _pull_full_dumps(coordinator, result, want, dump_dir, timeout_seconds)
+    result.timings["full_dumps"] = time.monotonic() - started
+    result.digest_only_ranks = [r for r in digests if r not in pulled]
+    log.info("[rank %d] %s: two-phase gather: full dumps pulled from rank(s) %s, digests only from %d rank(s)",
+             rank, result.event.name, pulled, len(result.digest_only_ranks))
+
+
+def _pull_full_dumps(coordinator: EventCoordinator, result: CollectionResult, want: list[int], dump_dir: Path,
+                     timeout_seconds: float, poll_seconds: float = 0.05) -> list[int]:
+    """Wait for the wanted ranks' full dumps (up to ``timeout_seconds``), each over its digest."""
+    pulled: list[int] = []
+    pending = list(want)
+    deadline = coordinator._clock() + timeout_seconds
+    while pending:
+        for r in list(pending):
+            try:
+                got = pull_full(coordinator, result, r, dump_dir)
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] pulling rank %d's full dump failed", coordinator.rank, r, exc_info=True)
+                got = False
+            if got is None:
+                continue
+            if got:
+                pulled.append(r)
+            pending.remove(r)
+        if not pending or coordinator._clock() >= deadline:
+            break
+        coordinator._sleep(poll_seconds)
+    if pending:
+        log.warning("[rank %d] %s: no full dump from rank(s) %s within %.0f s: their digests are used",
+                    coordinator.rank, result.event.name, pending, timeout_seconds)
+    return sorted(pulled)
