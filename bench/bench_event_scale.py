@@ -235,8 +235,13 @@ def measure(world: int, protocol: str, found: dict, args: argparse.Namespace, lo
     for report in reports:
         table.update(report["counts"])
         results.update(report["results"])
-    return {"ranks": world, "protocol": protocol, "connect_seconds": connect_seconds,
-            "phases": phase_rows(marks.phases(), table, sampler, epoch), "keys_left": keys,
+    phases = marks.phases()
+    ends = {name: end for name, _, end in phases}
+    server_cpu = {"event": sampler.between(phases[0][1], phases[-1][2])[0],
+                  "to_summary": sampler.between(phases[0][1], ends.get("summary", phases[-1][2]))[0],
+                  "ring_announce": sampler.between(phases[0][1], ends.get("announce", phases[0][2]))[0]}
+    return {"ranks": world, "protocol": protocol, "connect_seconds": connect_seconds, "server_cpu_seconds": server_cpu,
+            "phases": phase_rows(phases, table, sampler, epoch), "keys_left": keys,
             "exit_status": _exit_status(results, outcome), "outcome": outcome,
             "digest_bytes": _announcement_bytes(found, protocol),
             "digest_make_ms": 1e3 * _mean(found[r][2] for r in found),

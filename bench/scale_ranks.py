@@ -52,11 +52,18 @@ class Counts:
         self.errors: Counter = Counter()
         self._lock = threading.Lock()
 
-    def add(self, op: str, nbytes: int) -> None:
+    def add(self, op: str, nbytes: int, dump_bytes: int = 0) -> None:
         bucket = int((time.time() - self.epoch) / BUCKET_SECONDS)
         with self._lock:
             self.table[(bucket, op, "n")] += 1
             self.table[(bucket, op, "bytes")] += nbytes
+            if dump_bytes:
+                self.table[(bucket, op, "dump_bytes")] += dump_bytes
+
+
+def is_dump_key(key: str) -> bool:
+    """A rank's announcement with its digest, or its full dump (the old protocol's digest too)."""
+    return "/rank/" in key or "/blob/" in key or "/digest/" in key
 
 
 def _size(value: Any) -> int:
@@ -75,7 +82,7 @@ class CountingStore:
 
     def set(self, key: str, value: Any) -> None:
         self._store.set(key, value)
-        self._count("set", len(key) + _size(value))
+        self._counts.add("set", len(key) + _size(value), _size(value) if is_dump_key(key) else 0)
 
     def get(self, key: str) -> bytes:
         return self._count("get", len(key), self._store.get(key))
@@ -89,7 +96,8 @@ class CountingStore:
 
     def multi_set(self, keys: list[str], values: list[Any]) -> None:
         self._store.multi_set(keys, values)
-        self._count("multi_set", sum(map(len, keys)) + sum(map(_size, values)))
+        dumps = sum(_size(v) for k, v in zip(keys, values) if is_dump_key(k))
+        self._counts.add("multi_set", sum(map(len, keys)) + sum(map(_size, values)), dumps)
 
     def add(self, key: str, amount: int) -> int:
         return self._count("add", len(key) + 8, self._store.add(key, amount))

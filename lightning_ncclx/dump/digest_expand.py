@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from lightning_ncclx.dump.digest import CONTEXT_FIELDS, DIGEST_SCHEMA, MAX_TEXT
@@ -269,10 +270,29 @@ def _stacks(value: Any) -> str | None:
     return "".join(lines)
 
 
-def expand_digest(raw: bytes, rank: int, world_size: int,
-                  keep: KeepDeclaration = lambda name, desc, ranks: True) -> dict[str, bytes]:
-    """File name -> contents of rank ``rank``'s dump as the digest ``raw`` describes it (traces,
-    ``context.json`` marked ``"digest": true``, the stacks file). Raises :class:`DigestError`."""
+@dataclass
+class Expanded:
+    """One rank's dump as its digest describes it: what each file holds, before it is written."""
+
+    rank: int
+    traces: dict[str, dict[str, Any]]
+    """File name -> the flight-recorder trace (torch's format)."""
+    context: dict[str, Any]
+    stacks: str | None
+
+    def files(self) -> dict[str, bytes]:
+        """File name -> contents (traces, ``context.json``, the stacks file)."""
+        out = {name: pickle.dumps(trace, protocol=4) for name, trace in self.traces.items()}
+        if self.stacks is not None:
+            out[rank_file(self.rank, STACKS_SUFFIX)] = self.stacks.encode()
+        out[rank_file(self.rank, CONTEXT_SUFFIX)] = json.dumps(self.context).encode()
+        return out
+
+
+def expand(raw: bytes, rank: int, world_size: int,
+           keep: KeepDeclaration = lambda name, desc, runs: True) -> Expanded:
+    """Rank ``rank``'s dump as the digest ``raw`` describes it, every field checked (its
+    ``context.json`` marked ``"digest": true``). Raises :class:`DigestError`."""
     if len(raw) > MAX_DIGEST_JSON:
         raise DigestError(f"{len(raw)} bytes, over the {MAX_DIGEST_JSON}-byte cap")
     try:
@@ -281,15 +301,20 @@ def expand_digest(raw: bytes, rank: int, world_size: int,
         raise DigestError(f"not JSON ({type(error).__name__})") from None
     if not isinstance(doc, dict) or doc.get("schema") != DIGEST_SCHEMA:
         raise DigestError(f"not a digest of this version ({DIGEST_SCHEMA} expected)")
-    files: dict[str, bytes] = {}
+    traces: dict[str, dict[str, Any]] = {}
     for item in _list(doc.get("traces", []), "traces", MAX_TRACES):
         tag, trace = _trace(item, world_size, keep)
-        files[trace_file(rank, tag)] = pickle.dumps(trace, protocol=4)
+        traces[trace_file(rank, tag)] = trace
     context = _context(doc.get("context", {}), rank, world_size)
-    context["trace_files"] = sorted(files)
+    context["trace_files"] = sorted(traces)
     stacks = _stacks(doc.get("stack", []))
     if stacks is not None:
         context["stacks_file"] = rank_file(rank, STACKS_SUFFIX)
-        files[rank_file(rank, STACKS_SUFFIX)] = stacks.encode()
-    files[rank_file(rank, CONTEXT_SUFFIX)] = json.dumps(context).encode()
-    return files
+    return Expanded(rank, traces, context, stacks)
+
+
+def expand_digest(raw: bytes, rank: int, world_size: int,
+                  keep: KeepDeclaration = lambda name, desc, runs: True) -> dict[str, bytes]:
+    """File name -> contents of rank ``rank``'s dump as the digest ``raw`` describes it (see
+    :func:`expand`). Raises :class:`DigestError`."""
+    return expand(raw, rank, world_size, keep).files()

@@ -340,7 +340,7 @@ class EventCoordinator:
     def forget(self, event: EventMeta) -> None:
         """The store's host, as the job ends: the keys every rank used after the summary."""
         self.client.delete([roster_key(event.number, "moved"), roster_key(event.number, "leaving"),
-                            outcome_key(event.number)])
+                            outcome_key(event.number), gone_key(event.number)])
 
     def leaving(self, event: EventMeta, timeout_seconds: float, poll_seconds: float | None = None) -> None:
         """Say this rank exits; the store's host (rank 0) waits for the others first, so their
@@ -350,7 +350,15 @@ class EventCoordinator:
             return
         poll_seconds = roster_poll_seconds(self.world_size) if poll_seconds is None else poll_seconds
         deadline = self._clock() + timeout_seconds
-        while len(self.roster(event, "leaving")) < self.world_size and self._clock() < deadline:
+        next_liveness = self._clock() + 0.5
+        while self._clock() < deadline:
+            leaving = set(self.roster(event, "leaving"))
+            if len(leaving) >= self.world_size:
+                break
+            if self._clock() >= next_liveness:  # an exited process says nothing: not waited for
+                next_liveness = self._clock() + 0.5
+                if len(leaving | self.local.gone_now() | self.gone_ranks(event)) >= self.world_size:
+                    break
             self._sleep(poll_seconds)
 
     # ------------------------------------------------------------------ processes that are gone

@@ -19,9 +19,10 @@ import shutil
 import time
 from pathlib import Path
 
-from lightning_ncclx.dump.digest_expand import DigestError, Runs, expand_digest
+from lightning_ncclx.dump.digest_expand import DigestError, Runs, expand
 from lightning_ncclx.events.collection import CollectionResult
 from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.first_diagnosis import FirstDiagnosis
 from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full, target_folder
 from lightning_ncclx.layout import GATHERED_FOLDER
 
@@ -49,26 +50,32 @@ class _Declarations:
         return True
 
 
-def expand_digests(coordinator: EventCoordinator, result: CollectionResult) -> list[int]:
+def expand_digests(coordinator: EventCoordinator, result: CollectionResult,
+                   first: FirstDiagnosis | None = None) -> list[int]:
     """First phase: the digests of the ranks whose dump is not in the event folder, as dump files
-    in ``ranks/<host>/``; returns the ranks read from a digest."""
+    in ``ranks/<host>/`` (each also handed to ``first``); returns the ranks read from a digest."""
     present = names_in(result.folder)
     staging = result.folder / INCOMING_FOLDER / STAGING_FOLDER
     declarations = _Declarations()
     expanded: list[int] = []
+    made: set[str] = set()
     for rank, announcement in sorted(result.announced.items()):
         if announcement.digest is None or has_local_copy(present, rank, announcement.files):
             continue
         try:
-            files = expand_digest(announcement.digest, rank, coordinator.world_size, declarations.keep)
+            digest = expand(announcement.digest, rank, coordinator.world_size, declarations.keep)
         except DigestError as error:
             result.refused.append(f"rank {rank}'s digest: {error}")
             continue
-        host_folder = staging / announcement.host
-        host_folder.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            with open(host_folder / name, "wb") as handle:
+        host_folder = os.path.join(staging, announcement.host)
+        if host_folder not in made:
+            os.makedirs(host_folder, exist_ok=True)
+            made.add(host_folder)
+        for name, data in digest.files().items():
+            with open(os.path.join(host_folder, name), "wb") as handle:
                 handle.write(data)
+        if first is not None:
+            first.add(digest, announcement.host)
         result.gathered[rank] = str(target_folder(result.folder, announcement))
         expanded.append(rank)
     _move_into_place(staging, result.folder / GATHERED_FOLDER)
@@ -107,8 +114,11 @@ def ranks_to_pull(summary: object | None, digests: list[int], peers: int) -> lis
     return sorted(chosen + others[:peers])
 
 
-def _first_diagnosis(result: CollectionResult, rank: int) -> object | None:
+def _first_diagnosis(result: CollectionResult, rank: int, first: FirstDiagnosis | None,
+                     digests: list[int]) -> object | None:
     try:
+        if first is not None:
+            return first.run(result.gone_ranks, result.silent_ranks, digests)
         from lightning_ncclx.analysis import analyze_folder
 
         return analyze_folder(result.folder, extra_roots=tuple(sorted({Path(p) for p in result.gathered.values()})))
@@ -117,17 +127,27 @@ def _first_diagnosis(result: CollectionResult, rank: int) -> object | None:
         return None
 
 
+def _start_first_diagnosis(result: CollectionResult, rank: int) -> FirstDiagnosis | None:
+    try:
+        return FirstDiagnosis(result.folder)
+    except Exception:  # noqa: BLE001 - then the first diagnosis reads the expanded files
+        log.warning("[rank %d] reading %s for the first diagnosis failed", rank, result.folder, exc_info=True)
+        return None
+
+
 def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, dump_dir: Path,
                      timeout_seconds: float, peers: int) -> None:
     rank = coordinator.rank
     started = time.monotonic()
-    digests = expand_digests(coordinator, result)
+    first = _start_first_diagnosis(result, rank)
+    digests = expand_digests(coordinator, result, first)
     result.timings["digests"] = time.monotonic() - started
     want: list[int] = []
     if digests:
         started = time.monotonic()
-        want = ranks_to_pull(_first_diagnosis(result, rank), digests, peers)
+        want = ranks_to_pull(_first_diagnosis(result, rank, first, digests), digests, peers)
         result.timings["first_diagnosis"] = time.monotonic() - started
+    del first
     try:
         coordinator.request_full_dumps(result.event, want)  # also when empty: the others stop waiting for it
     except Exception:  # noqa: BLE001
@@ -142,18 +162,16 @@ def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, du
 
 
 def _pull_full_dumps(coordinator: EventCoordinator, result: CollectionResult, want: list[int], dump_dir: Path,
-                     timeout_seconds: float, poll_seconds: float = 0.05) -> list[int]:
-    """Wait for the wanted ranks' full dumps (up to ``timeout_seconds``), each over its digest."""
+                     timeout_seconds: float, poll_seconds: float = 0.05, liveness_every_seconds: float = 0.5) -> list[int]:
+    """Wait for the wanted ranks' full dumps (up to ``timeout_seconds``), each over its digest; a
+    wanted rank whose process is found gone meanwhile is not waited for (its digest stands in)."""
     pulled: list[int] = []
     pending = list(want)
     deadline = coordinator._clock() + timeout_seconds
+    next_liveness = coordinator._clock() + liveness_every_seconds
     while pending:
         for r in list(pending):
-            try:
-                got = pull_full(coordinator, result, r, dump_dir)
-            except Exception:  # noqa: BLE001
-                log.warning("[rank %d] pulling rank %d's full dump failed", coordinator.rank, r, exc_info=True)
-                got = False
+            got = _try_pull(coordinator, result, r, dump_dir)
             if got is None:
                 continue
             if got:
@@ -161,8 +179,33 @@ def _pull_full_dumps(coordinator: EventCoordinator, result: CollectionResult, wa
             pending.remove(r)
         if not pending or coordinator._clock() >= deadline:
             break
+        if coordinator._clock() >= next_liveness:
+            next_liveness = coordinator._clock() + liveness_every_seconds
+            gone = sorted(_gone(coordinator, result) & set(pending))
+            if gone:
+                log.warning("[rank %d] %s: rank(s) %s gone: their digests stand in for them", coordinator.rank,
+                            result.event.name, gone)
+                pending = [r for r in pending if r not in gone]
+                continue
         coordinator._sleep(poll_seconds)
     if pending:
         log.warning("[rank %d] %s: no full dump from rank(s) %s within %.0f s: their digests are used",
                     coordinator.rank, result.event.name, pending, timeout_seconds)
     return sorted(pulled)
+
+
+def _try_pull(coordinator: EventCoordinator, result: CollectionResult, rank: int, dump_dir: Path) -> bool | None:
+    try:
+        return pull_full(coordinator, result, rank, dump_dir)
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] pulling rank %d's full dump failed", coordinator.rank, rank, exc_info=True)
+        return False
+
+
+def _gone(coordinator: EventCoordinator, result: CollectionResult) -> set[int]:
+    """Ranks whose process exited: found on this host, or reported by a rank of theirs."""
+    try:
+        return coordinator.check_local_peers(result.event) | coordinator.gone_ranks(result.event)
+    except Exception:  # noqa: BLE001 - without liveness, the deadline
+        log.warning("[rank %d] checking for exited ranks failed", coordinator.rank, exc_info=True)
+        return set()
