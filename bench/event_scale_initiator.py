@@ -23,7 +23,7 @@ from lightning_ncclx.events.wire import Announcement, Outcome
 from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, scaled
 from lightning_ncclx.watchdog.runtime import LEAVE_WAIT_SECONDS
 
-LOCAL_STEPS = ("digests", "first_diagnosis", "summary")
+LOCAL_STEPS = ("digests", "first_diagnosis", "digest_files", "summary")
 """The initiator's own work between store requests (timed in ``collection.json``)."""
 
 
@@ -84,7 +84,7 @@ def _split(mark: Any, start: float, timings: dict[str, float]) -> None:
     """The collection's steps as phases (their seconds from ``collection.json``), ending now."""
     at = start
     for name, label in (("wait", "announce"), ("digests", "digests"), ("first_diagnosis", "first_diagnosis"),
-                        ("full_dumps", "want_full_dumps")):
+                        ("digest_files", "digest_files"), ("full_dumps", "want_full_dumps")):
         at += timings.get(name, 0.0)
         mark.times.append((label, at))
     mark("summary")
@@ -114,6 +114,8 @@ def run_old(port: int, world: int, counts: Counts, mark: Any, local: dict[str, A
     old.collect(monotonic_deadline, local.get("digests", 0.0))
     _wait(local.get("first_diagnosis", 0.0), deadline)
     mark("first_diagnosis")
+    _wait(local.get("digest_files", 0.0), deadline)
+    mark("digest_files")
     old.want(list(local.get("want", [])), monotonic_deadline)
     mark("want_full_dumps")
     _wait(local.get("summary", 0.0), deadline)

@@ -121,7 +121,7 @@ def _goals(row: dict, goal: float) -> None:
     extra = {k: n for k, n in row["keys_left"].items() if not (k.endswith("/meta") or k.startswith("lightning_ncclx/procs"))}
     phase = {p["phase"]: p for p in row["phases"]}
     announce = sum(phase[n]["seconds"] for n in ("ring", "announce") if n in phase)
-    local = sum(phase[n]["seconds"] for n in ("digests", "first_diagnosis", "summary") if n in phase)
+    local = sum(phase[n]["seconds"] for n in ("digests", "first_diagnosis", "digest_files", "summary") if n in phase)
     busy = row["server_cpu_seconds"]["ring_announce"]
     clients = sum(phase[n]["client_cpu_pct"] * phase[n]["seconds"] / 100 for n in ("ring", "announce") if n in phase)
     cpu = row["server_cpu_seconds"]["event"]

@@ -155,6 +155,15 @@ class _Tables:
         self.frames = _frames(doc)
 
 
+def _column(value: Any, what: str, n: int, low: int, high: int, optional: bool = False) -> list:
+    """``n`` integers in ``[low, high)`` (None too where ``optional``), checked in bulk."""
+    values = _list(value, what, n)
+    present = [v for v in values if v is not None] if optional else values
+    if len(values) != n or not set(map(type, present)) <= {int} or (present and (min(present) < low or max(present) >= high)):
+        raise DigestError(f"{what}: not {n} integers in [{low}, {high})")
+    return values
+
+
 def _lane(value: Any, tables: _Tables, newest: int, budget: int) -> list[dict[str, Any]]:
     """One lane's entries, newest first (see :mod:`digest`)."""
     row = _list(value, "lane", 9)
@@ -162,27 +171,28 @@ def _lane(value: Any, tables: _Tables, newest: int, budget: int) -> list[dict[st
         raise DigestError("lane: not nine fields")
     group = tables.groups[_index(row[0], tables.groups, "lane group")]
     p2p = bool(_int(row[1], "lane is_p2p", 0, 2))
-    seqs = _list(row[2], "lane sequence ids", budget)
-    n = len(seqs)
-    p2p_seqs = [0] * n if row[3] == 0 else _list(row[3], "lane p2p sequence ids", n)
-    sigs, states, retired, backs, frames = (_list(row[i], "lane column", n) for i in range(4, 9))
-    if not n == len(p2p_seqs) == len(sigs) == len(states) == len(retired) == len(backs) == len(frames):
-        raise DigestError("lane: columns of different lengths")
+    n = len(_list(row[2], "lane sequence ids", budget))
+    steps = _column(row[2], "lane sequence ids", n, -(1 << 62), 1 << 62)
+    p2p_seqs = [0] * n if row[3] == 0 else _column(row[3], "lane p2p sequence ids", n, 0, 1 << 62)
+    sigs = _column(row[4], "lane signatures", n, 0, len(tables.sigs))
+    states = _column(row[5], "lane states", n, -1, len(tables.states))
+    retired = _column(row[6], "lane retired", n, 0, 2)
+    backs = _column(row[7], "lane times", n, -MAX_TIME_NS // 1000, MAX_TIME_NS // 1000, optional=True)
+    frames = _column(row[8], "lane frames", n, -1, len(tables.frames))
     out: list[dict[str, Any]] = []
     seq, time = None, newest
     for i in range(n):
-        seq = _int(seqs[i] if seq is None else seq - seqs[i], "entry sequence id", 0, 1 << 62)
+        seq = steps[i] if seq is None else seq - steps[i]
+        if not 0 <= seq < 1 << 62:
+            raise DigestError(f"entry sequence id: {seq} out of range")
         if backs[i] is not None:
-            step = _int(backs[i], "entry time step", -MAX_TIME_NS // 1000, MAX_TIME_NS // 1000)
-            time = _int(time - 1000 * step, "entry time", 0, MAX_TIME_NS)
-        entry = {"record_id": 0, "process_group": group, "collective_seq_id": seq,
-                 "p2p_seq_id": _int(p2p_seqs[i], "entry p2p sequence id", 0, 1 << 62), "is_p2p": p2p,
-                 "time_created_ns": time if backs[i] is not None else None,
-                 "retired": bool(_int(retired[i], "entry retired", 0, 2)),
-                 **tables.sigs[_index(sigs[i], tables.sigs, "entry signature")],
-                 "frames": tables.frames[_index(frames[i], tables.frames, "entry frames", optional=True)]
-                 if frames[i] != -1 else []}
-        if _index(states[i], tables.states, "entry state", optional=True) >= 0:
+            time -= 1000 * backs[i]
+            if not 0 <= time < MAX_TIME_NS:
+                raise DigestError(f"entry time: {time} out of range")
+        entry = {"record_id": 0, "process_group": group, "collective_seq_id": seq, "p2p_seq_id": p2p_seqs[i],
+                 "is_p2p": p2p, "time_created_ns": time if backs[i] is not None else None, "retired": bool(retired[i]),
+                 **tables.sigs[sigs[i]], "frames": tables.frames[frames[i]] if frames[i] >= 0 else []}
+        if states[i] >= 0:
             entry["state"] = tables.states[states[i]]
         out.append(entry)
     return out

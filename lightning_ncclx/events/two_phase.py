@@ -2,11 +2,14 @@
 smaller side of the first diagnosis and a few peers.
 
 1. The digests (:mod:`lightning_ncclx.dump.digest`, inside each announcement) are expanded into
-   dump files under ``ranks/<host>/``: written into ``.incoming/`` first, then each host's
-   folder moved into place at once (one rename, not a replace per file: 16,384 ranks make 49,152
-   files). A ``pg_config`` membership is written into ``DECLARATIONS_KEPT`` files at most.
-2. The analyzer diagnoses the event folder; :func:`ranks_to_pull` picks the smaller side.
-3. ``want`` rings those ranks' bells; their full dumps replace their digests as they arrive.
+   dump files under ``ranks/<host>/``: written into ``.incoming/`` by a thread of their own
+   while the first diagnosis runs, then each host's folder moved into place at once (one rename,
+   not a replace per file: 16,384 ranks make 49,152 files). A ``pg_config`` membership is
+   written into ``DECLARATIONS_KEPT`` files at most.
+2. The first diagnosis (:mod:`first_diagnosis`, in memory); :func:`ranks_to_pull` picks the
+   smaller side.
+3. ``want`` rings those ranks' bells; their full dumps replace their digests as they arrive (a
+   wanted rank found gone is not waited for).
 
 A digest that is not what this version writes costs only that rank's entry (``refused``).
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -50,15 +55,52 @@ class _Declarations:
         return True
 
 
-def expand_digests(coordinator: EventCoordinator, result: CollectionResult,
+class _StagedWriter:
+    """Writes expanded digests under ``.incoming/digests/<host>/`` from a thread of its own, so
+    the disk works while the first diagnosis runs (16,384 ranks write 49,152 files); then moves
+    each host's folder into place. A file that cannot be written is logged and left out."""
+
+    def __init__(self, staging: str) -> None:
+        self.staging = staging
+        self.failed = 0
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="ncclx-digest-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, host: str, files: dict[str, bytes]) -> None:
+        self._queue.put((host, files))
+
+    def _run(self) -> None:
+        made: set[str] = set()
+        while (item := self._queue.get()) is not None:
+            host, files = item
+            folder = os.path.join(self.staging, host)
+            try:
+                if folder not in made:
+                    os.makedirs(folder, exist_ok=True)
+                    made.add(folder)
+                for name, data in files.items():
+                    with open(os.path.join(folder, name), "wb") as handle:
+                        handle.write(data)
+            except OSError:
+                self.failed += 1
+                if self.failed <= 3:
+                    log.warning("writing an expanded digest into %s failed", folder, exc_info=True)
+
+    def finish(self, gathered: Path) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        _move_into_place(Path(self.staging), gathered)
+
+
+def expand_digests(coordinator: EventCoordinator, result: CollectionResult, writer: _StagedWriter,
                    first: FirstDiagnosis | None = None) -> list[int]:
-    """First phase: the digests of the ranks whose dump is not in the event folder, as dump files
-    in ``ranks/<host>/`` (each also handed to ``first``); returns the ranks read from a digest."""
+    """First phase: the digests of the ranks whose dump is not in the event folder, handed to
+    ``writer`` as dump files (and to ``first``); returns the ranks read from a digest."""
     present = names_in(result.folder)
-    staging = result.folder / INCOMING_FOLDER / STAGING_FOLDER
     declarations = _Declarations()
     expanded: list[int] = []
-    made: set[str] = set()
     for rank, announcement in sorted(result.announced.items()):
         if announcement.digest is None or has_local_copy(present, rank, announcement.files):
             continue
@@ -67,24 +109,17 @@ def expand_digests(coordinator: EventCoordinator, result: CollectionResult,
         except DigestError as error:
             result.refused.append(f"rank {rank}'s digest: {error}")
             continue
-        host_folder = os.path.join(staging, announcement.host)
-        if host_folder not in made:
-            os.makedirs(host_folder, exist_ok=True)
-            made.add(host_folder)
-        for name, data in digest.files().items():
-            with open(os.path.join(host_folder, name), "wb") as handle:
-                handle.write(data)
+        writer.put(announcement.host, digest.files())
         if first is not None:
             first.add(digest, announcement.host)
         result.gathered[rank] = str(target_folder(result.folder, announcement))
         expanded.append(rank)
-    _move_into_place(staging, result.folder / GATHERED_FOLDER)
     return expanded
 
 
 def _move_into_place(staging: Path, gathered: Path) -> None:
     """Each host folder of ``staging`` becomes ``gathered/<host>`` (one rename where it does not
-    exist yet, else file by file)."""
+    exist yet, else file by file, never over a file already there: a full dump)."""
     if not staging.is_dir():
         return
     gathered.mkdir(parents=True, exist_ok=True)
@@ -97,7 +132,8 @@ def _move_into_place(staging: Path, gathered: Path) -> None:
             pass
         target.mkdir(parents=True, exist_ok=True)
         for path in host_folder.iterdir():
-            os.replace(path, target / path.name)
+            if not (target / path.name).exists():
+                os.replace(path, target / path.name)
     shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -114,11 +150,12 @@ def ranks_to_pull(summary: object | None, digests: list[int], peers: int) -> lis
     return sorted(chosen + others[:peers])
 
 
-def _first_diagnosis(result: CollectionResult, rank: int, first: FirstDiagnosis | None,
-                     digests: list[int]) -> object | None:
+def _first_diagnosis(result: CollectionResult, rank: int, first: FirstDiagnosis | None, digests: list[int],
+                     writer: _StagedWriter) -> object | None:
     try:
         if first is not None:
             return first.run(result.gone_ranks, result.silent_ranks, digests)
+        writer.finish(result.folder / GATHERED_FOLDER)  # read from the files: they must be there
         from lightning_ncclx.analysis import analyze_folder
 
         return analyze_folder(result.folder, extra_roots=tuple(sorted({Path(p) for p in result.gathered.values()})))
@@ -140,19 +177,26 @@ def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, du
     rank = coordinator.rank
     started = time.monotonic()
     first = _start_first_diagnosis(result, rank)
-    digests = expand_digests(coordinator, result, first)
-    result.timings["digests"] = time.monotonic() - started
+    writer = _StagedWriter(str(result.folder / INCOMING_FOLDER / STAGING_FOLDER))
     want: list[int] = []
-    if digests:
-        started = time.monotonic()
-        want = ranks_to_pull(_first_diagnosis(result, rank, first, digests), digests, peers)
-        result.timings["first_diagnosis"] = time.monotonic() - started
-    del first
+    digests: list[int] = []
     try:
-        coordinator.request_full_dumps(result.event, want)  # also when empty: the others stop waiting for it
-    except Exception:  # noqa: BLE001
-        log.warning("[rank %d] asking for the full dumps of %s failed", rank, want, exc_info=True)
-        want = []
+        digests = expand_digests(coordinator, result, writer, first)
+        result.timings["digests"] = time.monotonic() - started
+        if digests:
+            started = time.monotonic()
+            want = ranks_to_pull(_first_diagnosis(result, rank, first, digests, writer), digests, peers)
+            result.timings["first_diagnosis"] = time.monotonic() - started
+        del first
+        try:
+            coordinator.request_full_dumps(result.event, want)  # also when empty: the others stop waiting for it
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] asking for the full dumps of %s failed", rank, want, exc_info=True)
+            want = []
+    finally:
+        started = time.monotonic()
+        writer.finish(result.folder / GATHERED_FOLDER)  # while the wanted ranks pack their dumps
+        result.timings["digest_files"] = time.monotonic() - started
     started = time.monotonic()
     pulled = _pull_full_dumps(coordinator, result, want, dump_dir, timeout_seconds)
     result.timings["full_dumps"] = time.monotonic() - started
