@@ -110,9 +110,11 @@ def _server(port_queue: Any, stop: Any) -> None:
     import torch.distributed as dist
 
     raise_file_limit()
+    import resource
+
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True,
                           timeout=timedelta(seconds=600))
-    port_queue.put(store.port)
+    port_queue.put((store.port, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
     stop.wait()
 
 
@@ -188,17 +190,18 @@ def measure(world: int, protocol: str, found: dict, args: argparse.Namespace, lo
     port_queue, stop = ctx.Queue(), ctx.Event()
     server = ctx.Process(target=_server, args=(port_queue, stop), daemon=True)
     server.start()
-    port = port_queue.get(timeout=120)
+    port, files_limit = port_queue.get(timeout=120)
     epoch = time.time()
     ready, out = ctx.Queue(), ctx.Queue()
     processes, commands = [], []
     connect_started = time.time()
+    sharing = args.ranks_per_connection or (1 if 2 * world + 256 < files_limit else scale_job.RANKS_PER_HOST)
     for index in range(args.processes):
-        ranks = list(range(1 + index, world, args.processes))
+        ranks = [r for r in range(1, world) if (r // scale_job.RANKS_PER_HOST) % args.processes == index]
         slice_ = {r: (found[r][0] if protocol == "new" else found[r][1], found[r][2]) for r in ranks}
         command = ctx.Queue()
         process = ctx.Process(target=client_process, args=(port, ranks, world, protocol, args.steps, epoch, slice_,
-                                                           ready, command, out), daemon=True)
+                                                           sharing, ready, command, out), daemon=True)
         process.start()
         processes.append(process)
         commands.append(command)
@@ -241,6 +244,7 @@ def measure(world: int, protocol: str, found: dict, args: argparse.Namespace, lo
                   "to_summary": sampler.between(phases[0][1], ends.get("summary", phases[-1][2]))[0],
                   "ring_announce": sampler.between(phases[0][1], ends.get("announce", phases[0][2]))[0]}
     return {"ranks": world, "protocol": protocol, "connect_seconds": connect_seconds, "server_cpu_seconds": server_cpu,
+            "ranks_per_connection": sharing, "server_files_limit": files_limit,
             "phases": phase_rows(phases, table, sampler, epoch), "keys_left": keys,
             "exit_status": _exit_status(results, outcome), "outcome": outcome,
             "digest_bytes": _announcement_bytes(found, protocol),
@@ -301,6 +305,9 @@ def main() -> int:
     parser.add_argument("--protocols", default="new,old")
     parser.add_argument("--processes", type=int, default=8, help="client processes holding the simulated ranks")
     parser.add_argument("--steps", type=int, default=24, help="training steps in each rank's flight recorder")
+    parser.add_argument("--ranks-per-connection", type=int, default=0,
+                        help="simulated ranks sharing one request connection (0: 1, or the 8 of a host where the "
+                             "store server cannot hold 2 connections per rank)")
     parser.add_argument("--cap-seconds", type=float, default=240.0, help="a run stops after this long")
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "ncclx-bench-event-scale"),
                         help="cached digests of the simulated jobs")

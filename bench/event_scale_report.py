@@ -44,8 +44,12 @@ def _mib(n: float) -> str:
 
 
 def print_size(row: dict) -> None:
+    shared = row.get("ranks_per_connection", 1)
+    sharing = (f"; the {shared} ranks of a host share one request connection, each keeps its doorbell's (the store "
+               f"server may open {row.get('server_files_limit')} files here)") if shared > 1 else ""
     print(f"\n### {row['ranks']} ranks, {row['protocol']} protocol (connected in {row['connect_seconds']:.0f} s; "
-          f"announcement with digest {row['digest_bytes']:.0f} B, made in {row['digest_make_ms']:.1f} ms per rank)")
+          f"announcement with digest {row['digest_bytes']:.0f} B, made in {row['digest_make_ms']:.1f} ms per rank"
+          f"{sharing})")
     print("| phase | s | requests | requests/s | server CPU % of a core | clients' CPU % | payload MiB | "
           "socket MiB | top requests |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -39,6 +39,7 @@ from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, sca
 import scale_job
 
 BUCKET_SECONDS = 0.005
+CONNECT_BATCH = 64
 FOLDER = "/scratch/run/ncclx_dumps/stall-001"
 """Where every simulated rank says its dump is (on its own host)."""
 
@@ -148,14 +149,16 @@ class NewRank:
     """A rank that did not start the event, under the current protocol."""
 
     def __init__(self, rank: int, world: int, address: StoreAddress, counts: Counts, config: WatchdogConfig,
-                 digest: bytes, digest_seconds: float, files: Callable[[int], list[Path]]) -> None:
+                 digest: bytes, digest_seconds: float, files: Callable[[int], list[Path]],
+                 client: StoreClient | None = None) -> None:
+        """``client``: a request connection shared with other simulated ranks (None: one of its own)."""
         self.rank, self.world, self.config = rank, world, config
         self.digest, self.digest_seconds, self._files = digest, digest_seconds, files
 
         def opener() -> CountingStore:
             return CountingStore(address.connect(), counts)
 
-        self.client = StoreClient(opener=opener, op_timeout_seconds=config.poll_interval_seconds)
+        self.client = client or StoreClient(opener=opener, op_timeout_seconds=config.poll_interval_seconds)
         self.coordinator = EventCoordinator(self.client, rank, world, stale_after_seconds=scaled(
             config.collect_timeout_seconds + 2 * EXIT_WAIT_MARGIN_SECONDS, world))
         self.coordinator.rings_doorbells = True
@@ -199,7 +202,7 @@ class NewRank:
         self.coordinator.announce(event, announcement, None)
         self.coordinator.check_local_peers(event)
         self.event, self.awaiting_want = event, True
-        self._follow(True)
+        self._follow(not self.doorbell.listening)
 
     def _follow(self, rung: bool) -> None:
         """``EventParticipation._follow_one`` for a rank that did not start the event."""
@@ -257,8 +260,9 @@ def _cpu_seconds() -> float:
 
 
 def client_process(port: int, ranks: list[int], world: int, protocol: str, steps: int, epoch: float,
-                   digests: dict[int, tuple[bytes, float]], ready: Any, commands: Any, out: Any) -> None:
-    """One process of simulated ranks: connect them all, say ready, run until told to report."""
+                   digests: dict[int, tuple[bytes, float]], sharing: int, ready: Any, commands: Any, out: Any) -> None:
+    """One process of simulated ranks: connect them all, say ready, run until told to report.
+    ``sharing``: simulated ranks per request connection (each keeps its own doorbell's)."""
     import torch.distributed as dist  # noqa: F401 - loaded before the threads start
 
     raise_file_limit()
@@ -269,13 +273,26 @@ def client_process(port: int, ranks: list[int], world: int, protocol: str, steps
     config = bench_config()
     started = time.time()
     if protocol == "new":
-        sims: list[Any] = [NewRank(r, world, address, counts, config, digests[r][0], digests[r][1], scratch.files)
-                           for r in ranks]
-        for sim in sims:
-            sim.arm()
-            sim.doorbell.start()
-        while not all(sim.doorbell.listening for sim in sims) and time.time() - started < 900:
-            time.sleep(0.05)
+        shared: dict[int, StoreClient] = {}
+
+        def client_of(rank: int) -> StoreClient | None:
+            if sharing <= 1:
+                return None
+            group = rank // sharing
+            if group not in shared:
+                shared[group] = StoreClient(opener=lambda: CountingStore(address.connect(), counts),
+                                            op_timeout_seconds=config.poll_interval_seconds)
+            return shared[group]
+
+        sims: list[Any] = [NewRank(r, world, address, counts, config, digests[r][0], digests[r][1], scratch.files,
+                                   client_of(r)) for r in ranks]
+        for first in range(0, len(sims), CONNECT_BATCH):  # a few connections at a time: no connect storm
+            batch = sims[first:first + CONNECT_BATCH]
+            for sim in batch:
+                sim.arm()
+                sim.doorbell.start()
+            while not all(sim.doorbell.listening for sim in batch) and time.time() - started < 1800:
+                time.sleep(0.01)
         stop = threading.Event()
         threading.Thread(target=ticker, args=(sims, config.poll_interval_seconds, stop), daemon=True).start()
     else:
@@ -283,9 +300,13 @@ def client_process(port: int, ranks: list[int], world: int, protocol: str, steps
         from lightning_ncclx.events.packing import pack_files
 
         sims = []
+        stores: dict[int, CountingStore] = {}
         for r in ranks:
             info = process_info(r)
-            store = CountingStore(address.connect(), counts)
+            group = r // max(1, sharing) if sharing > 1 else r
+            if group not in stores:
+                stores[group] = CountingStore(address.connect(), counts)
+            store = stores[group]
             store.append(f"procs/{info.scope}", info.to_json() + "\n")
             sims.append(OldRank(r, world, store, CountingStore(address.connect(), counts), info.host, info.scope,
                                 digests[r][0], lambda rank=r: scratch.files(rank), pack_files))

@@ -62,10 +62,9 @@ ENTRIES_PER_GROUP = 4
 MAX_ENTRIES_PER_GROUP = 16
 MAX_MEMBER_RUNS = 64
 MAX_STACKS_CHARS = 1 << 20
-CONTEXT_FIELDS = ("event", "reason", "initiator_rank", "rank", "world_size", "local_rank", "node_rank", "host", "pid",
-                  "phase", "step", "global_step", "seconds_since_heartbeat", "stall_threshold_seconds", "time_unix",
-                  "torch_version", "lightning_version", "nccl_version", "exception", "stall_events")
-"""The ``context.json`` fields a digest carries: scalars only (``pg_config`` grows with the job)."""
+CONTEXT_FIELDS = ("event", "reason", "initiator_rank", "host", "phase", "step", "exception")
+"""The ``context.json`` fields a digest carries: those the analyzer reads (the summarizing rank
+writes the rank and the job's size itself; the other fields stay in the full dump)."""
 MAX_TEXT = 512
 """Characters of any one string a digest carries (the exception text, a file name, ...)."""
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, replace
 from typing import Callable
 
 from lightning_ncclx.events.connection import StoreClient
-from lightning_ncclx.events.keys import procs_key
+from lightning_ncclx.events.keys import gone_key, procs_key
 from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of
 from lightning_ncclx.events.wire import BadValue
 
@@ -41,6 +41,7 @@ class LocalPeers:
         self.me: ProcessInfo | None = None
         self._cached: dict[int, ProcessInfo] | None = None
         self._read_at = -CACHE_SECONDS
+        self._reported: dict[int, set[int]] = {}
 
     def register(self, me: ProcessInfo | None) -> None:
         """Once per watchdog (None: this process cannot be checked, and checks nobody)."""
@@ -97,6 +98,16 @@ class LocalPeers:
 
     def gone_now(self) -> set[int]:
         return {r for r, info in self.peers().items() if is_gone(info)}
+
+    def report_gone(self, event_number: int) -> set[int]:
+        """:meth:`gone_now`, the ones not reported yet appended to ``ev/<n>/gone`` for every rank."""
+        gone = self.gone_now()
+        reported = self._reported.setdefault(event_number, set())
+        new = sorted(gone - reported)
+        if new:
+            self.client.append(gone_key(event_number), "".join(f"{r}\n" for r in new))
+            reported.update(new)
+        return gone
 
     def launcher_parent(self) -> ProcessInfo | None:
         ppid = os.getppid()

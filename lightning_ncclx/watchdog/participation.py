@@ -154,7 +154,7 @@ class EventParticipation:
             self._arm_confirmation(opened, exception is not None)
         else:
             opened.give_up_at = self._give_up_at(opened)
-        self.follow(force=True)
+        self.follow(force=not rt.listening())  # a listening rank hears want and outcome ring: no read now
         return opened.result
 
     def _count(self, event: EventMeta) -> None:
