@@ -4,8 +4,9 @@
 One rank's dump as ``bench_analyzer.py`` makes it (torch's format 2.10, legacy-NCCL-like entries
 with 5 frames each, ``pg_config`` listing every rank), written into the plugin's layout with a context.json
 and a stacks file; then packed as the full gather sends it (``pack_files``) and as its digest
-(``digest_files`` + ``pack_named``). Per event at N ranks: full = N x full blob; two-phase = N x
-digest + (culprits + peers) x full blob (1 culprit and the default 2 peers here).
+(``make_digest``, inside the compressed announcement that carries it). Per event at N ranks:
+full = N x full blob; two-phase = N x announcement + (culprits + peers) x full blob (1 culprit and
+the default 2 peers here).
 
     .venv/bin/python bench/bench_gather_bytes.py [--entries 20000] [--ranks 1024,16384,65536]
 """
@@ -24,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_analyzer import _dump_bytes  # noqa: E402
 
-from lightning_ncclx.events.packing import pack_files, pack_named  # noqa: E402
-from lightning_ncclx.dump.digest import digest_files  # noqa: E402
+from lightning_ncclx.dump.digest import make_digest  # noqa: E402
+from lightning_ncclx.events.packing import pack_files  # noqa: E402
+from lightning_ncclx.events.wire import Announcement  # noqa: E402
 
 STACKS = ("--- thread 'ncclx-watchdog-rank5' (id 2) ---\n" + "  File \"threading.py\", line 1, in run\n" * 12
           + "--- thread 'MainThread' (id 1) ---\n" + "".join(f"  File \"train/loop.py\", line {i}, in step\n"
@@ -54,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, Python {platform.python_version()}; {args.entries} entries per rank "
           f"(the default buffer), {args.pulled} full dumps pulled")
-    print("\n| ranks | full dump per rank (KiB) | digest per rank (KiB) | make digest (ms) | full gather per event "
+    print("\n| ranks | full dump per rank (KiB) | announcement with digest per rank (KiB) | make digest (ms) | full gather per event "
           "| two-phase gather per event |")
     print("|---|---|---|---|---|---|")
     for world in (int(r) for r in args.ranks.split(",")):
@@ -62,7 +64,9 @@ def main() -> int:
             files = one_rank(Path(tmp), world, args.entries)
             full = len(pack_files(files))
             start = time.perf_counter()
-            digest = len(pack_named(digest_files(files)))
+            announcement = Announcement(5, "node-0001", tuple(p.name for p in files), f"{tmp}/stall-001",
+                                        make_digest(files))
+            digest = len(announcement.encode())
             took = (time.perf_counter() - start) * 1e3
         full_event = world * full
         two_phase = world * digest + args.pulled * full

@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -115,7 +115,7 @@ class StoreClient:
         self._store = store
         self._opener = opener
         self._op_timeout = timedelta(seconds=max(0.05, op_timeout_seconds))
-        self._sentinel = f"\x00absent:{uuid.uuid4().hex}"
+        self._sentinel = "\x00" + secrets.token_urlsafe(12)  # 96 random bits: sent twice per read, so short
         self._sentinel_bytes = self._sentinel.encode()
         self._lock = threading.Lock()
         self._clock = clock

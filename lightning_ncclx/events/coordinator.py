@@ -10,9 +10,10 @@ Protocol (keys in :mod:`keys`, values in :mod:`wire`; every key under ``lightnin
     closed or stale event there and moves on to the next number: it never joins an event that
     is over. Numbers taken by a value this protocol does not write are skipped.
 ``ev/<n>/rank/<r>``, ``ev/<n>/dumped``
-    Rank ``r``'s :class:`~lightning_ncclx.events.wire.Announcement` (and digest), then its
-    number appended to the ``dumped`` roster: the initiator polls the roster, then reads every
-    announcement it lists in a few ``multi_get`` requests.
+    Rank ``r``'s :class:`~lightning_ncclx.events.wire.Announcement` (with its digest, zlib'd
+    with a preset dictionary: ~300 bytes), then its number appended to the ``dumped`` roster: the
+    initiator polls the roster (every 0.1 s per 4,096 ranks: :func:`roster_poll_seconds`), then
+    reads every announcement it lists in a few ``multi_get`` requests.
 ``ev/<n>/blob/<r>`` (+ ``/<i>``)
     Rank ``r``'s full dump in chunks (:mod:`packing`): from every rank with
     ``gather_through_store``; in a two-phase gather only from the ranks in ``want``.
@@ -26,14 +27,15 @@ Protocol (keys in :mod:`keys`, values in :mod:`wire`; every key under ``lightnin
 ``ev/<n>/leaving``
     Roster of the ranks on their way out of an ending job (the store's host leaves last).
 ``ev/<n>/gone``, ``procs/<scope>``
-    Liveness (:mod:`liveness`): lines naming ranks whose process exited; one JSON line per
-    watchdog of a scope (boot id and pid namespace).
+    Liveness (:mod:`liveness`, :mod:`local_peers`): lines naming ranks whose process exited; one
+    JSON line per watchdog of a scope (boot id and pid namespace), read once per minute.
 ``bell/<r>``
     Rank ``r``'s doorbell (:mod:`doorbell`).
 
 Once the summary is written the initiator marks ``meta`` closed and deletes the keys of the
-collection (announcements, roster, counters, blobs); ``meta`` (about 100 bytes) stays as the
-event log that keeps numbering in step.
+collection (announcements, rosters, blobs); the store's host deletes the rest as the job ends;
+``meta`` (about 100 bytes) stays as the event log that keeps numbering in step. Neither the
+initiator nor the store's host waits for a rank whose process a rank of its host found gone.
 
 Every read goes through :meth:`StoreClient.read` (never waits) or ``read_many`` on keys known to
 exist; every value is validated (:mod:`wire`) and a bad one is left out with a note in
@@ -44,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -52,9 +53,10 @@ from typing import Callable
 from lightning_ncclx.events.connection import StoreClient
 from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.keys import (
-    gone_key, meta_key, outcome_key, procs_key, rank_key, roster_key, want_key,
+    gone_key, meta_key, outcome_key, rank_key, roster_key, want_key,
 )
-from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of
+from lightning_ncclx.events.liveness import ProcessInfo
+from lightning_ncclx.events.local_peers import LocalPeers
 from lightning_ncclx.events.packing import blob_keys, put_blob
 from lightning_ncclx.events.wire import (
     MAX_META_BYTES, Announcement, BadValue, EventMeta, Outcome, parse_rank_lines, parse_rank_list,
@@ -65,7 +67,12 @@ log = logging.getLogger(__name__)
 MAX_SKIPPED_PER_CALL = 64
 """Event numbers a call looks past (closed, stale or planted) before it gives up until the next."""
 MAX_REFUSED_KEPT = 200
-MAX_PROCS_BYTES = 1 << 20
+
+
+def roster_poll_seconds(world_size: int) -> float:
+    """How often a roster of the whole job is read while it fills: every 0.1 s up to 4,096 ranks,
+    then less often in proportion (a 16,384-rank roster is ~100 KB a read)."""
+    return 0.1 * max(1.0, world_size / 4096)
 
 
 class EventCoordinator:
@@ -89,8 +96,7 @@ class EventCoordinator:
         self._clock = clock
         self._sleep = sleep
         self._wall_clock = wall_clock
-        self._me: ProcessInfo | None = None
-        self._reported_gone: dict[int, set[int]] = {}
+        self.local = LocalPeers(client, rank, world_size, self.refuse, clock)
 
     def refuse(self, error: BadValue | str) -> None:
         text = str(error)
@@ -255,10 +261,11 @@ class EventCoordinator:
                 self.refuse(error)
         return dict(sorted(found.items()))
 
-    def wait_for_dumps(self, event: EventMeta, timeout_seconds: float, poll_seconds: float = 0.1,
+    def wait_for_dumps(self, event: EventMeta, timeout_seconds: float, poll_seconds: float | None = None,
                        liveness_every_seconds: float = 0.5) -> dict[int, Announcement]:
         """Rank -> its announcement, once every rank announced (or is gone: its process exited)
         or the deadline passed."""
+        poll_seconds = roster_poll_seconds(self.world_size) if poll_seconds is None else poll_seconds
         deadline = self._clock() + timeout_seconds
         next_liveness = self._clock()
         while self._clock() < deadline:
@@ -334,69 +341,41 @@ class EventCoordinator:
     def forget(self, event: EventMeta) -> None:
         """The store's host, as the job ends: the keys every rank used after the summary."""
         self.client.delete([roster_key(event.number, "moved"), roster_key(event.number, "leaving"),
-                            outcome_key(event.number)])
+                            outcome_key(event.number), gone_key(event.number)])
 
-    def leaving(self, event: EventMeta, timeout_seconds: float, poll_seconds: float = 0.1) -> None:
+    def leaving(self, event: EventMeta, timeout_seconds: float, poll_seconds: float | None = None) -> None:
         """Say this rank exits; the store's host (rank 0) waits for the others first, so their
         last store calls do not hit a closed server."""
         self.join_roster(event, "leaving")
         if self.rank != 0:
             return
+        poll_seconds = roster_poll_seconds(self.world_size) if poll_seconds is None else poll_seconds
         deadline = self._clock() + timeout_seconds
-        while len(self.roster(event, "leaving")) < self.world_size and self._clock() < deadline:
+        next_liveness = self._clock() + 0.5
+        while self._clock() < deadline:
+            leaving = set(self.roster(event, "leaving"))
+            if len(leaving) >= self.world_size:
+                break
+            if self._clock() >= next_liveness:  # an exited process says nothing: not waited for
+                next_liveness = self._clock() + 0.5
+                if len(leaving | self.local.gone_now() | self.gone_ranks(event)) >= self.world_size:
+                    break
             self._sleep(poll_seconds)
 
     # ------------------------------------------------------------------ processes that are gone
     def register_process(self, me: ProcessInfo | None) -> None:
         """Once per watchdog: lets the other ranks of ``me.scope`` check on this process (None:
         this process cannot be checked, and checks nobody)."""
-        if me is None or not me.scope:
-            return
-        self.client.append(procs_key(me.scope), me.to_json() + "\n")
-        self._me = me
-
-    def _peers_in_scope(self) -> dict[int, ProcessInfo]:
-        if self._me is None:
-            return {}
-        raw = self.client.read(procs_key(self._me.scope)) or b""
-        if len(raw) > MAX_PROCS_BYTES:
-            self.refuse(f"procs/{self._me.scope[:40]}: {len(raw)} bytes, over the cap: liveness unknown")
-            return {}
-        latest: dict[int, ProcessInfo] = {}
-        for line in raw.splitlines():
-            if not line.strip():
-                continue
-            try:
-                info = ProcessInfo.from_json(line, self.world_size)
-            except BadValue as error:
-                if len(self.refused) < 8:
-                    self.refuse(error)
-                continue
-            if info.rank != self.rank and info.scope == self._me.scope:
-                latest[info.rank] = info
-        return latest
+        self.local.register(me)
 
     def silent_local_ranks(self, ranks: list[int]) -> dict[int, tuple[ProcessInfo, str]]:
         """Of ``ranks`` (that did not dump), those of this scope whose process is alive, with its
         ``/proc`` state letter: alive, yet its watchdog never answered."""
-        out: dict[int, tuple[ProcessInfo, str]] = {}
-        peers = self._peers_in_scope()
-        for r in ranks:
-            info = peers.get(r)
-            state = state_of(info) if info is not None else None
-            if info is not None and state is not None:
-                out[r] = (info, state)
-        return out
+        return self.local.silent(ranks)
 
     def check_local_peers(self, event: EventMeta) -> set[int]:
         """Ranks of this host whose process is gone (newly found ones are reported to all)."""
-        gone = {r for r, info in self._peers_in_scope().items() if is_gone(info)}
-        reported = self._reported_gone.setdefault(event.number, set())
-        new = sorted(gone - reported)
-        if new:
-            self.client.append(gone_key(event.number), "".join(f"{r}\n" for r in new))
-            reported.update(new)
-        return gone
+        return self.local.report_gone(event.number)
 
     def gone_ranks(self, event: EventMeta) -> set[int]:
         """Every rank some rank of its host reported gone during ``event``."""
@@ -418,11 +397,7 @@ class EventCoordinator:
         rank 0 in the launching process and the other local ranks as its children. That parent
         has to exit first, or its child-process observer SIGKILLs it (and the job reports -9)
         as soon as it sees a child exit."""
-        ppid = os.getppid()
-        for info in self._peers_in_scope().values():
-            if info.pid == ppid:
-                return info
-        return None
+        return self.local.launcher_parent()
 
 
 __all__ = ["EventCoordinator", "MAX_META_BYTES"]

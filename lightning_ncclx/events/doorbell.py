@@ -9,7 +9,7 @@ only the wanted ranks when the initiator asks for full dumps. The store answers 
 
 The listener deletes its key before it wakes its owner, and the owner reads the event's keys
 after that: a ring that lands meanwhile sets the key again and wakes the next ``wait``, so none
-is lost. A rank's own stop is a ring with a token only this listener knows.
+is lost. A rank's own stop sets a flag, then rings its own bell (with a token for the logs).
 
 Only for a ``TCPStore``: its server answers waits as keys appear. A ``FileStore`` implements
 ``wait`` by re-reading its file every few milliseconds, and a ``HashStore`` lives in one
@@ -140,13 +140,11 @@ class Doorbell:
         """Answer rings on ``store`` until stopped (True) or the connection fails (False)."""
         import torch.distributed as dist
 
-        sentinel = f"\x00absent:{uuid.uuid4().hex}"
         while True:
             opened = time.monotonic()
             try:
                 store.wait([self._key], self._wait)
-                value = bytes(store.compare_set(self._key, sentinel, sentinel))
-                store.delete_key(self._key)
+                store.delete_key(self._key)  # its value is for logs: not read (a request per ring saved)
             except Exception as error:  # noqa: BLE001
                 ran_out = (isinstance(error, dist.DistStoreError)
                            and time.monotonic() - opened >= self._wait.total_seconds() / 2)
@@ -158,9 +156,7 @@ class Doorbell:
                 log.info("[rank %d] the event listener's store connection ended (%s); the watchdog polls for "
                          "events until it is back", self.rank, _first_line(error))
                 return False
-            if value == self._stop_token:
-                return True
-            if self._stopping.is_set():
+            if self._stopping.is_set():  # this rank's own stop: the flag is set before the bell rings
                 return True
             self.rings += 1
             self._rung.set()

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from lightning_ncclx.dump.digest import COMMON_WORDS
 from lightning_ncclx.events.keys import REASONS, event_name, is_event_name, is_safe_name
 
 STORE_VALUE_LIMIT = 8 * 1024 * 1024
@@ -30,12 +32,42 @@ MAX_OUTCOME_BYTES = 16 * 1024
 MAX_LIST_ENTRIES = 1 << 20
 MAX_TEXT_CHARS = 512
 MAX_FILES_ANNOUNCED = 64
+MAX_ANNOUNCEMENT_BYTES = MAX_HEADER_BYTES + MAX_DIGEST_BYTES + 1
 MAX_PID = 1 << 22
 """Linux's largest ``pid_max``."""
 
 
 class BadValue(ValueError):
     """A store value that is missing, too large or not what the protocol writes there."""
+
+
+ANNOUNCEMENT_DICTIONARY = "".join(COMMON_WORDS + (
+    '.stacks.txt", "rank_', '.context.json"], "folder": "', '"uploaded": false, "digest_bytes": ',
+    '{"rank": ', ', "host": "', '", "files": ["rank_', '.nccl.fr.pkl", "rank_', '.gloo.fr.pkl", "rank_',
+)).encode()
+"""zlib's preset dictionary for announcements that carry a digest: the words every one of them
+holds (field names, file names, torch's and Lightning's paths), so each compresses to what is its
+own. A value compressed with another dictionary fails to decompress and is refused."""
+
+
+def compress_announcement(plain: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, ANNOUNCEMENT_DICTIONARY)
+    return packer.compress(plain) + packer.flush()
+
+
+def decompress_announcement(raw: bytes, limit: int = MAX_ANNOUNCEMENT_BYTES) -> bytes:
+    """The plain announcement of a compressed one, at most ``limit`` bytes of it (a value that
+    inflates further is refused before it does: a zlib bomb)."""
+    unpacker = zlib.decompressobj(15, ANNOUNCEMENT_DICTIONARY)
+    try:
+        plain = unpacker.decompress(raw, limit + 1)
+    except zlib.error as error:
+        raise BadValue(f"compressed announcement: {str(error)[:80]}") from None
+    if len(plain) > limit or unpacker.unconsumed_tail:
+        raise BadValue(f"compressed announcement: inflates past the {limit}-byte cap")
+    if not unpacker.eof:
+        raise BadValue("compressed announcement: truncated")
+    return plain
 
 
 def _decode_json(raw: bytes | str | None, max_bytes: int, what: str) -> Any:
@@ -138,7 +170,8 @@ class Announcement:
     """``ev/<n>/rank/<r>``: where rank ``r``'s dump is, and its digest in a two-phase gather.
 
     One value per rank (a JSON header line, then the digest's bytes), so that the initiator
-    reads many ranks in one ``multi_get``."""
+    reads many ranks in one ``multi_get``; with a digest the whole value is zlib-compressed with
+    :data:`ANNOUNCEMENT_DICTIONARY` (it then starts with ``x``, a plain one with ``{``)."""
 
     rank: int
     host: str
@@ -154,14 +187,20 @@ class Announcement:
                   "uploaded": self.uploaded}
         if self.digest is not None:
             header["digest_bytes"] = len(self.digest)
-        return json.dumps(header).encode() + b"\n" + (self.digest or b"")
+        plain = json.dumps(header).encode() + b"\n" + (self.digest or b"")
+        return plain if self.digest is None else compress_announcement(plain)
 
     @classmethod
     def parse(cls, rank: int, raw: bytes | None) -> "Announcement":
         if raw is None:
             raise BadValue(f"rank {rank}'s announcement: missing")
-        if len(raw) > MAX_HEADER_BYTES + MAX_DIGEST_BYTES + 1:
+        if len(raw) > MAX_ANNOUNCEMENT_BYTES:
             raise BadValue(f"rank {rank}'s announcement: {len(raw)} bytes, over the cap")
+        if raw[:1] == b"x":
+            try:
+                raw = decompress_announcement(raw)
+            except BadValue as error:
+                raise BadValue(f"rank {rank}'s announcement: {error}") from None
         head, newline, payload = raw.partition(b"\n")
         data = json_object(head, MAX_HEADER_BYTES, f"rank {rank}'s announcement")
         if data.get("rank") != rank:

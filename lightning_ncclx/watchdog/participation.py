@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lightning_ncclx.config import HANG_KINDS, StallAction, WatchdogConfig, exit_code_for
-from lightning_ncclx.dump.digest import digest_files
+from lightning_ncclx.dump.digest import make_digest
 from lightning_ncclx.dump.writer import host_name, write_rank_dump
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.gather import CollectionResult, record_recovery
 from lightning_ncclx.events.keys import safe_host
-from lightning_ncclx.events.packing import pack_named
 from lightning_ncclx.events.wire import Announcement, EventMeta, Outcome
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 
@@ -156,7 +155,7 @@ class EventParticipation:
             self._arm_confirmation(opened, exception is not None)
         else:
             opened.give_up_at = self._give_up_at(opened)
-        self.follow(force=True)
+        self.follow(force=not rt.listening())  # a listening rank hears want and outcome ring: no read now
         return opened.result
 
     def _count(self, event: EventMeta) -> None:
@@ -190,7 +189,7 @@ class EventParticipation:
         if rt.config.gather_through_store and not initiator:
             if two_phase:
                 try:
-                    digest = pack_named(digest_files(files))
+                    digest = make_digest(files)
                 except Exception:  # noqa: BLE001 - the initiator then names this rank's dump as kept on its host
                     log.warning("[rank %d] making the digest failed", rt.rank, exc_info=True)
             else:

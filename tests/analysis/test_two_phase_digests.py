@@ -1,7 +1,8 @@
 """A two-phase gather keeps the verdict: real gloo dumps where every rank but the summarizing one
 is first read from its digest, then only the smaller side of the first diagnosis (its culprits,
-or the ranks waiting for them where fewer) is replaced by full dumps, no peers (``events/gather.py``
-does this through the store, with two peers more by default)."""
+or the ranks waiting for them where fewer) is replaced by full dumps, no peers (``events/two_phase.py``
+does this through the store, with two peers more by default). The first diagnosis the gather makes
+from the digests in memory is the analyzer's reading of the expanded files."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from lightning_ncclx.analysis import analyze_folder
-from lightning_ncclx.dump.digest import digest_files, known_members, restore_members
-from lightning_ncclx.events.gather import _ranks_to_pull
+from lightning_ncclx.dump.digest import make_digest
+from lightning_ncclx.dump.digest_expand import expand
+from lightning_ncclx.events.first_diagnosis import FirstDiagnosis
+from lightning_ncclx.events.two_phase import ranks_to_pull
 from lightning_ncclx.layout import COLLECTION_FILE, rank_prefix
 
 SCENARIOS = ["skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra", "healthy"]
@@ -24,16 +27,11 @@ def _files(folder: Path, rank: int) -> list[Path]:
     return sorted(folder.glob(f"{rank_prefix(rank)}.*"))
 
 
-def _write_digest(src: Path, dst: Path, rank: int) -> None:
-    from lightning_ncclx.analysis.safe_pickle import safe_loads
-
-    own = [safe_loads(p.read_bytes()) for p in _files(dst, SUMMARIZER) if p.name.endswith(".fr.pkl")]
-    for name, data in digest_files(_files(src, rank)).items():
-        if name.endswith(".fr.pkl"):
-            import pickle
-
-            data = pickle.dumps(restore_members(safe_loads(data), known_members(own)))
+def _write_digest(src: Path, dst: Path, rank: int, world_size: int, first: FirstDiagnosis) -> None:
+    expanded = expand(make_digest(_files(src, rank)), rank, world_size)
+    for name, data in expanded.files().items():
         (dst / name).write_bytes(data)
+    first.add(expanded, "host")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -46,10 +44,14 @@ def test_digests_then_the_culprits_full_dumps_give_the_full_verdict(gloo_dumps, 
         shutil.copy(path, folder / path.name)
     ranks = sorted({int(p.name[5:10]) for p in full.glob("rank_*.fr.pkl")})
     digests = [r for r in ranks if r != SUMMARIZER]
+    in_memory = FirstDiagnosis(folder)  # before any digest is written there
     for r in digests:
-        _write_digest(full, folder, r)
+        _write_digest(full, folder, r, len(ranks), in_memory)
     first = analyze_folder(folder)
-    want = _ranks_to_pull(first, digests, peers=0)  # only the culprits: the others stay digests
+    fast = in_memory.run([], {}, digests)
+    assert (fast.verdict, fast.culprit_ranks, fast.waiting_ranks) == (first.verdict, first.culprit_ranks,
+                                                                      first.waiting_ranks), fast.headline
+    want = ranks_to_pull(first, digests, peers=0)  # only the culprits: the others stay digests
     assert bool(want) == bool(first.culprit_ranks)  # a hang pulls full dumps; the healthy job none
     for r in want:
         for path in _files(full, r):

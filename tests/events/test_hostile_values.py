@@ -277,7 +277,7 @@ def test_planted_process_lines_never_make_a_rank_check_another_pid(server: Any, 
     hostile.append(key, ProcessInfo(2, me.host, me.pid, me.start_ticks, me.scope).to_json() + "\n")  # alive
     event = rank.propose("stall")
     assert rank.check_local_peers(event) == set()
-    assert sorted(rank._peers_in_scope()) == [2]
+    assert sorted(rank.local.peers()) == [2]
 
 
 def test_planted_gone_lines_name_only_ranks_of_the_job(server: Any, hostile: HostileStore) -> None:

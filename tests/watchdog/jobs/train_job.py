@@ -104,6 +104,8 @@ def parse() -> argparse.Namespace:
                    help="the watchdog's default thresholds (bench); only on_stall and the consensus switch set here")
     p.add_argument("--max-minutes", type=float, default=None, help="train this long (epochs without end)")
     p.add_argument("--epoch-size", type=int, default=64)
+    p.add_argument("--die-after-announce", type=int, default=None,
+                   help="this rank SIGKILLs itself once it has announced its dump of an event")
     p.add_argument("--report-store-keys", action="store_true",
                    help="rank 0 prints which keys of event 1 are left in the store after fit")
     return p.parse_args()
@@ -341,6 +343,30 @@ class Model(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class DieAfterAnnounce(Callback):
+    """The rank SIGKILLs itself right after its watchdog announced its dump (and digest) of an
+    event: killed mid-event, before the initiator asks it for anything."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.global_rank != self.target:
+            return
+        from lightning_ncclx.watchdog import StallWatchdog
+
+        runtime = next(c.runtime for c in trainer.callbacks if isinstance(c, StallWatchdog) and c.runtime)
+        announced = runtime.on_dumped
+
+        def die(reason: str) -> None:
+            if announced is not None:
+                announced(reason)
+            print(f"[rank {self.target}] killed after announcing its dump", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        runtime.on_dumped = die
+
+
 def main() -> int:
     args = parse()
     if args.fault == "hang_at_exit":  # registered before Lightning's: runs after them, as a hung destroy would
@@ -385,6 +411,8 @@ def main() -> int:
 
         strategy = args.strategy
         callbacks.append(StallWatchdog(cfg, dump_dir=dump_dir))  # after the user's callbacks, as they are usually listed
+    if args.die_after_announce is not None:
+        callbacks.append(DieAfterAnnounce(args.die_after_announce))
     if args.fault == "healthy_slow":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.dump_dir, "ckpt"), save_top_k=1, monitor=None))
     if args.fault in ("soak", "soak_waits"):
@@ -423,6 +451,7 @@ def report_store_keys(world: int) -> None:
     store = StoreAddress.of(default_store()).connect()
     names = ["ev/1/dumped", "ev/1/gone", "ev/1/roster", "ev/1/want", "ev/1/outcome", "ev/1/moved", "ev/1/leaving"]
     names += [f"ev/1/{kind}/{r}" for r in range(world) for kind in ("rank", "blob", "blob/0")]
+    names += [f"bell/{r}" for r in range(world)]
     left = [name for name in names if store.check([name])]
     print("STORE_KEYS_LEFT " + json.dumps({"left": left, "meta": store.check(["ev/1/meta"])}), flush=True)
 
