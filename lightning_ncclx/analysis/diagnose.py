@@ -261,6 +261,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
     if not traces:
         notes.insert(0, "no readable flight-recorder dump found")
     notes.extend(loaded.warnings)
+    notes.extend(f"left out by the watchdog: {line}" for line in loaded.refused)
     if loaded.digest_only_ranks:
         full = sorted(set(seen) - set(loaded.digest_only_ranks))
         notes.append(f"full dumps of rank(s) {_ranks(tuple(full))}; digests only of rank(s) "
@@ -280,7 +281,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         context=_context_extras(loaded, world),
         inputs=tuple(InputFile(t.path, t.rank, t.rank_from, t.lib, t.fmt, t.version, t.comm_lib_version, t.n_entries)
                      for t in traces),
-        ignored=loaded.ignored, duplicates=loaded.duplicates,
+        ignored=loaded.ignored, duplicates=loaded.duplicates, recovery=loaded.recovery,
     )
     return replace(summary, classification=classify(summary))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lightning_ncclx.analysis import json_stream
+from lightning_ncclx.analysis.collection_file import read_collection
 from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, refusal, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
@@ -33,7 +34,6 @@ from lightning_ncclx.analysis.safe_pickle import safe_loads
 from lightning_ncclx.analysis.safe_read import (DECODE_BUDGET_BYTES, MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES,
                                                 SNIFF_BYTES, bounded_memory, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
-from lightning_ncclx.layout import COLLECTION_FILE
 
 FILES_PER_WORKER = 12  # below this many files per process, forking costs more than it saves
 MAX_WORKERS = 16
@@ -191,11 +191,11 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     read = _adopt_lone_backend([r for r in results if isinstance(r, RankTrace)])
     traces, duplicates = _dedupe(read)
     warnings = tuple(_rank_disagreements(read, found.traces)) + tuple(_cuts(traces))
-    gone, silent, digest_only = read_collection(roots[0])
+    facts = read_collection(roots[0])
     return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
-                        _locations(traces, contexts, roots[0]), gone, silent, activities,
+                        _locations(traces, contexts, roots[0]), facts.gone_ranks, facts.silent_ranks, activities,
                         tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings,
-                        digest_only_ranks=digest_only)
+                        digest_only_ranks=facts.digest_only_ranks, recovery=facts.recovery, refused=facts.refused)
 
 
 NOT_READ_IN_FULL = "not read in full: "
@@ -249,34 +249,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _rank_list(raw: Any) -> tuple[int, ...]:
-    return tuple(sorted({r for r in raw if isinstance(r, int) and not isinstance(r, bool) and r >= 0})) \
-        if isinstance(raw, list) else ()
-
-
-def read_collection(root: Path) -> tuple[tuple[int, ...], dict[int, dict], tuple[int, ...]]:
-    """What the watchdog knew about the ranks when it collected this event (``collection.json``):
-    ranks whose process had exited, ranks alive but silent (rank -> ``{"pid", "host", "state"}``),
-    and ranks it holds only a digest of (two-phase gather). Empty without that file or when it
-    does not parse."""
-    path = root / COLLECTION_FILE
-    if not os.path.lexists(path):
-        return (), {}, ()
-    try:
-        data = json.loads(read_regular(path, MAX_SIDE_FILE_BYTES, "collection file"))
-    except (DumpReadError, ValueError, RecursionError):
-        return (), {}, ()
-    if not isinstance(data, dict):
-        return (), {}, ()
-    gone = _rank_list(data.get("gone_ranks"))
-    silent: dict[int, dict] = {}
-    silent_raw = data.get("silent_ranks")
-    for key, proc in (silent_raw.items() if isinstance(silent_raw, dict) else ()):
-        if str(key).isdigit() and isinstance(proc, dict):
-            silent[int(key)] = {k: proc.get(k) for k in ("pid", "host", "state")}
-    return gone, silent, _rank_list(data.get("digest_only_ranks"))
 
 
 def _adopt_lone_backend(traces: list[RankTrace]) -> list[RankTrace]:

@@ -205,6 +205,24 @@ class Duplicate:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """Every rank moved on after the event was raised: a wait that ended, not a hang. The
+    evidence was taken while it lasted; the event does not count as a hang anywhere."""
+
+    lasted_seconds: float
+    ranks_moved_on: int | None = None
+
+    @property
+    def message(self) -> str:
+        return (f"recovered after {self.lasted_seconds:.1f} s: not a hang (every rank moved on; what follows "
+                "was taken while the ranks waited)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recovered": True, "lasted_seconds": round(self.lasted_seconds, 3),
+                "ranks_moved_on": self.ranks_moved_on, "message": self.message}
+
+
+@dataclass(frozen=True)
 class LoadedFolder:
     """The result of the only I/O stage."""
 
@@ -227,6 +245,10 @@ class LoadedFolder:
     """Things the loader noticed (a rank in a name that the content contradicts)."""
     digest_only_ranks: tuple[int, ...] = ()
     """Ranks read from a digest (two-phase gather): their newest collectives per group only."""
+    recovery: Recovery | None = None
+    """Set when the watchdog saw the event recover (``collection.json``)."""
+    refused: tuple[str, ...] = ()
+    """Store values and packed members the watchdog left out of the event, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -391,6 +413,8 @@ class Summary:
     classification: Any = None
     """The hang kind, advice and restart decision (``analysis.kind.Classification``), set by the
     analyzer once the rest is known."""
+    recovery: Recovery | None = None
+    """Set when every rank moved on after the event: a wait that ended, not a hang."""
 
     @property
     def headline(self) -> str:
@@ -412,6 +436,7 @@ class Summary:
             "advice": list(c.advice) if c else [], "restart_advice": c.restart_advice() if c else None,
             "hosts_to_exclude": list(c.hosts_to_exclude) if c else [],
             "headline": self.headline,
+            "recovery": self.recovery.to_dict() if self.recovery is not None else None,
             "culprit_ranks": list(self.culprit_ranks),
             "process_group": self.process_group.to_dict() if self.process_group else None,
             "collective_seq_id": self.collective_seq_id, "op": self.op,

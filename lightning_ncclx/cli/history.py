@@ -39,16 +39,20 @@ def _print_tables(incidents: list[Incident], result: dict[str, Any], last: int, 
     from rich.table import Table
 
     console = Console(file=out, highlight=False, width=max(100, Console(file=out).width), soft_wrap=False)
-    table = Table(title=f"{len(incidents)} incident(s) in {result['runs']} run(s), oldest first"
+    recovered = f", {result['recovered']} of them recovered" if result["recovered"] else ""
+    table = Table(title=f"{len(incidents)} incident(s){recovered} in {result['runs']} run(s), oldest first"
                         + (f" (last {last} shown)" if 0 < last < len(incidents) else ""))
     for name in ("time", "run / job", "event", "kind", "culprit", "host", "call site"):
         table.add_column(name, overflow="fold")
     for i in incidents[-last:] if last > 0 else incidents:
         run = " / ".join(x for x in (i.run_id, i.job_id) if x) or "-"
-        table.add_row(i.time or "-", run, i.event, i.kind, ", ".join(map(str, i.culprit_ranks)) or "-",
+        kind = i.kind if i.recovered_after_seconds is None else f"recovered after {i.recovered_after_seconds:.1f} s"
+        table.add_row(i.time or "-", run, i.event, kind, ", ".join(map(str, i.culprit_ranks)) or "-",
                       ", ".join(i.culprit_hosts) or "-", i.call_site or "-")
     console.print(table)
-    console.print("by kind: " + ", ".join(f"{k} {n}" for k, n in result["by_kind"].items()))
+    console.print("by kind: " + (", ".join(f"{k} {n}" for k, n in result["by_kind"].items()) or "none"))
+    if result["recovered"]:
+        console.print(f"recovered (waits that ended, not hangs; counted apart): {result['recovered']}")
     for name, key in (("host", "by_host"), ("rank", "by_rank")):
         if result[key]:
             console.print(f"by culprit {name}: " + ", ".join(f"{k} {n}" for k, n in list(result[key].items())[:8]))

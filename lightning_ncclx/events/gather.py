@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -181,20 +182,16 @@ def _native_stacks_of(folder: Path, rank: int) -> dict[str, str]:
 
 
 def record_recovery(result: CollectionResult, recovery: dict[str, Any]) -> None:
-    """The event recovered: ``collection.json`` and the summary reports say so (the analyzer
-    reads the recovery from ``collection.json``, so an offline ``summarize`` says it too)."""
+    """The event recovered: ``collection.json`` and the summary reports say so, written again
+    from the summary in memory (no second analysis). The analyzer reads the recovery from
+    ``collection.json``, so an offline ``summarize`` of the folder says it too."""
     result.recovery = recovery
     write_collection(result)
     if result.summary is None:
         return
-    try:
-        from lightning_ncclx.analysis import analyze_folder
+    from lightning_ncclx.analysis.collection_file import recovery_from
 
-        summary = analyze_folder(result.folder, extra_roots=tuple(sorted({Path(p) for p in result.gathered.values()})))
-    except Exception:  # noqa: BLE001
-        log.warning("[rank %d] re-reading %s after its recovery failed", result.event.initiator, result.folder,
-                    exc_info=True)
-        return
+    summary = replace(result.summary, recovery=recovery_from(recovery))
     result.summary = summary
     result.reports, result.text = write_summary_reports(summary, result.folder, result.event.initiator)
 

@@ -1,6 +1,7 @@
 """The incidents (summary.json) under many runs, tallied by
 hang kind, culprit host, rank and call site; a host behind several recent incidents is flagged
-and listed for SLURM's ``--exclude``.
+and listed for SLURM's ``--exclude``. An event that recovered (every rank moved on: a wait that
+ended) is counted apart and never indicts a host.
 
 Example::
 
@@ -18,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lightning_ncclx.analysis.collection_file import recovery_from
 
 PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "teardown", "no_hang"})
 """Kinds that do not indict a host: the program (or nothing) was at fault wherever it ran."""
@@ -38,6 +41,8 @@ class Incident:
     culprit_hosts: tuple[str, ...]
     call_site: str | None
     op: str | None
+    recovered_after_seconds: float | None = None
+    """Set when the event recovered: not a hang."""
 
 
 def _read(path: Path) -> Incident | None:
@@ -81,7 +86,9 @@ def _incident(d: Any, path: Path) -> Incident | None:
         mtime = 0.0
     from lightning_ncclx.report.incident import _iso
 
+    recovery = recovery_from(d.get("recovery"))
     return Incident(
+        recovered_after_seconds=recovery.lasted_seconds if recovery is not None else None,
         folder=str(path.parent), event=str(inc.get("event") or path.parent.name),
         run_id=inc.get("run_id"), job_id=inc.get("job_id"),
         time=inc.get("dumped_at") or inc.get("summarized_at") or _iso(mtime),
@@ -128,6 +135,8 @@ def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
 def tally(incidents: list[Incident], last: int, min_count: int) -> dict[str, Any]:
     """Counts over every incident, and the hosts behind at least ``min_count`` of the last
     ``last`` incidents of a kind that indicts a host (``exclude``)."""
+    recovered = [i for i in incidents if i.recovered_after_seconds is not None]
+    incidents = [i for i in incidents if i.recovered_after_seconds is None]
     recent = incidents[-last:] if last > 0 else incidents
     per_host: dict[str, Counter] = {}
     for inc in recent:
@@ -144,7 +153,8 @@ def tally(incidents: list[Incident], last: int, min_count: int) -> dict[str, Any
                               "exclude": sum(host_kinds.values()) >= min_count, "message": message})
     sites = Counter(i.call_site for i in incidents if i.call_site and i.kind in PROGRAM_KINDS)
     return {
-        "incidents": len(incidents), "runs": len({i.run_id for i in incidents}),
+        "incidents": len(incidents), "runs": len({i.run_id for i in incidents + recovered}),
+        "recovered": len(recovered),
         "by_kind": dict(Counter(i.kind for i in incidents).most_common()),
         "by_host": dict(Counter(h for i in incidents for h in i.culprit_hosts).most_common()),
         "by_rank": {str(r): n for r, n in Counter(r for i in incidents for r in i.culprit_ranks).most_common()},

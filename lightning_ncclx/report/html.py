@@ -31,6 +31,7 @@ _CSS = """*{box-sizing:border-box}body{font:13px/1.35 system-ui,sans-serif;margi
 main{max-width:1400px;margin:0 auto;padding:10px 16px}
 #verdict{margin:0 0 8px;padding:8px 12px;border-radius:6px;background:#fde8e8;border-left:6px solid #b00020}
 #verdict.ok{background:#e6f4ea;border-color:#137333}
+#recovered{margin:0 0 8px;padding:8px 12px;border-radius:6px;background:#e6f4ea;border-left:6px solid #137333;font-weight:600}
 #verdict h1{font-size:17px;margin:0 0 2px;overflow-wrap:anywhere}#verdict p{margin:0;overflow-wrap:anywhere}
 .kind{display:inline-block;font:600 12px monospace;padding:1px 6px;border-radius:4px;background:#b00020;color:#fff;
 margin-right:6px}.ok .kind{background:#137333}
@@ -163,7 +164,8 @@ def render_html(summary: Summary) -> str:
     return (
         '<!doctype html><html><head><meta charset="utf-8"><title>lightning-ncclx: '
         f"{_e(c.kind.value)}</title><style>{_CSS}</style></head><body><main>"
-        f'<div id="verdict" class="{"ok" if ok else "bad"}"><h1><span class="kind">{_e(c.kind.value)}</span>'
+        + (f'<div id="recovered" role="status">RECOVERED: {_e(d.recovery.message)}</div>' if d.recovery else "")
+        + f'<div id="verdict" class="{"ok" if ok else "bad"}"><h1><span class="kind">{_e(c.kind.value)}</span>'
         f"{_e(title)}</h1><p>{_e(c.reason)}</p></div>"
         '<div class="top"><div>'
         f"<section><h2>What to do next</h2><ol>{advice}</ol>{restart}</section>"

@@ -86,7 +86,8 @@ def render_text(summary: Summary) -> str:
     from the dumps is escaped (control characters, ESC, lone surrogates)."""
     d = escaped(summary, terminal_safe)
     names = GroupNames(d)
-    out = kind_lines(d)
+    out = [f"RECOVERED: {d.recovery.message}"] if d.recovery is not None else []
+    out += kind_lines(d)
     if d.verdict is Verdict.NO_HANG:
         out.append("NO HANG FOUND: " + d.headline)
     else:
@@ -132,7 +133,10 @@ def render_markdown(summary: Summary) -> str:
     d = escaped(summary, markdown_safe)
     names = GroupNames(d)
     c = d.classification or classify(d)
-    out = [f"# Hang summary: `{d.verdict.value}`", "", f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
+    out = [f"# Hang summary: `{d.verdict.value}`", ""]
+    if d.recovery is not None:
+        out += [f"> **Recovered**: {d.recovery.message}", ""]
+    out += [f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
     out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
     out += [f"**{d.headline}**", "", input_tally(d), ""]
     if d.verdict is not Verdict.NO_HANG:

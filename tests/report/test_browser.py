@@ -86,3 +86,31 @@ def test_verdict_and_culprit_stop_cell_are_on_screen_at_1400x900(tmp_path):
     shot = tmp_path / "report.png"
     done = _browser([f"--screenshot={shot}", (tmp_path / "measured.html").as_uri()], tmp_path)
     assert shot.is_file() and shot.stat().st_size > 10_000, done.stderr[-2000:]
+
+
+_MEASURE_RECOVERED = """<script>window.addEventListener('load',function(){
+function r(e){var b=e.getBoundingClientRect();return [b.left,b.top,b.right,b.bottom];}
+var banner=document.getElementById('recovered');
+var out={inner:[window.innerWidth,window.innerHeight],banner:banner?r(banner):null,
+verdict:r(document.getElementById('verdict')),text:banner?banner.textContent:'',
+color:banner?getComputedStyle(banner).backgroundColor:''};
+var p=document.createElement('pre');p.id='rects';p.textContent=JSON.stringify(out);document.body.appendChild(p);});
+</script>"""
+
+
+def test_a_recovered_event_says_so_first_on_screen(tmp_path):
+    folder = _hung_job(tmp_path / "dumps")
+    (folder / "collection.json").write_text(json.dumps({"recovery": {"recovered": True, "lasted_seconds": 11.8,
+                                                                     "ranks_moved_on": 16}}))
+    summary = analyze_folder(folder)
+    measured = tmp_path / "measured.html"
+    measured.write_text(render_html(summary).replace("</main></body>", f"</main>{_MEASURE_RECOVERED}</body>"))
+    done = _browser(["--virtual-time-budget=3000", "--dump-dom", measured.as_uri()], tmp_path)
+    found = re.search(r'<pre id="rects">(.*?)</pre>', done.stdout)
+    assert found, f"no measurements from Chromium (rc {done.returncode}): {done.stderr[-2000:]}"
+    m = json.loads(found.group(1).replace("&quot;", '"'))
+    assert m["banner"] is not None, m
+    left, top, right, bottom = m["banner"]
+    assert 0 <= top and bottom <= m["verdict"][1] and right > left, m  # above the verdict, on screen
+    assert m["text"].startswith("RECOVERED: recovered after 11.8 s: not a hang"), m
+    assert m["color"] not in ("", "rgba(0, 0, 0, 0)"), m  # a banner, not plain text
