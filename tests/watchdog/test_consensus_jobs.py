@@ -148,4 +148,7 @@ def test_a_wait_that_ends_is_marked_recovered_never_ends_the_job_and_is_learnt(t
     recovery = json.loads((events[0] / "collection.json").read_text())["recovery"]
     assert recovery["recovered"] is True and recovery["lasted_seconds"] >= 10.0, recovery  # a 12 s sleep
     assert "stall-001 recovered after" in result.log and "not a hang" in result.log
+    summary = json.loads((events[0] / "summary.json").read_text())
+    assert summary["recovery"]["lasted_seconds"] == recovery["lasted_seconds"], summary["recovery"]
+    assert (events[0] / "summary.txt").read_text().startswith("RECOVERED: recovered after")
     assert "exiting with code" not in result.log
