@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -50,3 +51,26 @@ def cross_group_deadlock(folder: Path) -> Path:
               entry(3, 2, pg=("1", "tp"), state="started") if r == 0 else entry(3, 3, state="started")]
         write(folder, f"rank_{r:05d}.nccl.fr.pkl", dump(es, groups))
     return folder
+
+
+def _template(state: str) -> str:
+    """One entry as JSON with %d slots for its record id, sequence id and creation time."""
+    text = json.dumps(entry(0, 1, state=state))
+    for field, value in (("record_id", 0), ("collective_seq_id", 1), ("time_created_ns", T0)):
+        text = text.replace(f'"{field}": {value}', f'"{field}": %d')
+    return text
+
+
+def giant_json(path: Path, megabytes: int) -> int:
+    """A JSON dump of ``megabytes`` MB: one entries list of collectives 1, 2, 3, ...; the last
+    one unfinished. Returns how many entries it holds."""
+    done, pending = _template("completed"), _template("started")
+    n = megabytes * 10**6 // (len(done % (10**6, 10**6, T0)) + 2)
+    head = json.dumps({"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                             "ranks": "[0, 1, 2]"}}})[:-1]
+    with open(path, "w") as fh:
+        fh.write(head + ', "entries": [')
+        for start in range(0, n - 1, 10_000):
+            fh.write(", ".join(done % (i, i + 1, T0 + i) for i in range(start, min(n - 1, start + 10_000))) + ", ")
+        fh.write(pending % (n - 1, n, T0 + n) + "]}")
+    return n

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from synth import T0, collectives, dump, entry, write
+from synth import collectives, dump, giant_json, write
 
 from lightning_ncclx.analysis.parse import MAX_ENTRIES
 from lightning_ncclx.analysis.ranks import MAX_LISTED
@@ -38,36 +38,13 @@ def _summarize(folder: Path, out: Path) -> tuple[int, int, str, dict]:
     return code, peak, proc.stderr, json.loads(out.read_text()) if out.exists() else {}
 
 
-def _template(state: str) -> str:
-    """One entry as JSON with %d slots for its record id, sequence id and creation time."""
-    text = json.dumps(entry(0, 1, state=state))
-    for field, value in (("record_id", 0), ("collective_seq_id", 1), ("time_created_ns", T0)):
-        text = text.replace(f'"{field}": {value}', f'"{field}": %d')
-    return text
-
-
-def _giant_json(path: Path, megabytes: int) -> int:
-    """A JSON dump of ``megabytes`` MB: one entries list of collectives 1, 2, 3, ...; the last
-    one unfinished. Returns how many entries it holds."""
-    done, pending = _template("completed"), _template("started")
-    n = megabytes * 10**6 // (len(done % (10**6, 10**6, T0)) + 2)
-    head = json.dumps({"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
-                                                             "ranks": "[0, 1, 2]"}}})[:-1]
-    with open(path, "w") as fh:
-        fh.write(head + ', "entries": [')
-        for start in range(0, n - 1, 10_000):
-            fh.write(", ".join(done % (i, i + 1, T0 + i) for i in range(start, min(n - 1, start + 10_000))) + ", ")
-        fh.write(pending % (n - 1, n, T0 + n) + "]}")
-    return n
-
-
 @pytest.mark.timeout(120)
 def test_a_200_mb_json_dump_is_read_newest_entries_first_within_1_gib(tmp_path: Path) -> None:
     folder = tmp_path / "dumps"
     groups = {"0": ("default_pg", [0, 1, 2])}
     for r in (0, 1):
         write(folder, f"rank_{r}.pkl", dump(collectives(5, last_state="started"), groups))
-    held = _giant_json(folder / "rank_2.json", 200)
+    held = giant_json(folder / "rank_2.json", 200)
     assert (folder / "rank_2.json").stat().st_size > 190 * 10**6
     code, peak, err, summary = _summarize(folder, tmp_path / "summary.json")
     assert code in (0, 1) and "Traceback" not in err, err
