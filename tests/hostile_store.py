@@ -69,6 +69,7 @@ class HostileStore:
     def set(self, name: str, value: bytes | str) -> None:
         with self._lock:
             self._store.set(self.full_key(name), value)
+            self._applied(name)
 
     def try_set(self, name: str, value: bytes | str) -> bool:
         """False (and a new connection) where the server refused the value, e.g. one over its limit."""
@@ -100,6 +101,13 @@ class HostileStore:
     def append(self, name: str, value: bytes | str) -> None:
         with self._lock:
             self._store.append(self.full_key(name), value)
+            self._applied(name)
+
+    def _applied(self, name: str) -> None:
+        """TCPStore's ``set`` and ``append`` send without waiting for a reply: a read on another
+        connection right after could reach the server first. A round trip on this connection
+        returns only once the server has applied every request sent before it."""
+        self._store.check([self.full_key(name)])
 
     def names(self, under: str = "") -> list[str]:
         """Every key under ``prefix + under``, relative to ``prefix``, sorted."""

@@ -1,6 +1,6 @@
 """Launch small real gloo jobs (one process per rank, 127.0.0.1, a free port) and collect dumps.
 
-Used by ``conftest.py`` (one module-scoped run shared by many tests). Every child is waited for
+Used by ``conftest.py`` (one session-scoped run shared by many tests). Every child is waited for
 or killed; nothing outlives :func:`run_jobs`.
 """
 
@@ -23,19 +23,52 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+RANK_MEMORY_BYTES = 500 << 20
+"""What one rank of these jobs may hold (torch imported, gloo up: ~370 MB RSS), with a margin."""
+
+
+def concurrent_jobs(world: int, available_bytes: int | None = None) -> int:
+    """How many jobs may run at once without running the machine out of memory (a 2-core CI runner
+    may have a few GiB; 11 jobs of 3 ranks at once hold ~12 GiB)."""
+    if available_bytes is None:
+        available_bytes = _available_memory()
+    return max(1, available_bytes // 2 // (world * RANK_MEMORY_BYTES))
+
+
+def _available_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 << 30
+
+
 def run_jobs(scenarios: dict[str, Path], world: int = 3, timeout_s: float = 240.0) -> dict[str, Path]:
-    """Run each scenario's ranks concurrently; returns scenario -> its output folder."""
+    """Run the scenarios' jobs, as many at once as memory allows (each job's ranks concurrently);
+    returns scenario -> its output folder. ``timeout_s`` bounds each batch of jobs."""
+    pending = list(scenarios.items())
+    at_once = concurrent_jobs(world)
+    while pending:
+        batch, pending = pending[:at_once], pending[at_once:]
+        _run_batch(batch, world, timeout_s)
+    return scenarios
+
+
+def _run_batch(batch: list[tuple[str, Path]], world: int, timeout_s: float) -> None:
     procs: list[subprocess.Popen] = []
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_FR_BUFFER_SIZE="2000")
     try:
-        for scenario, out in scenarios.items():
+        for scenario, out in batch:
             out.mkdir(parents=True, exist_ok=True)
             port = str(free_port())
             job_env = dict(env, TORCH_FR_BUFFER_SIZE="12") if scenario == "wrap" else env
             for rank in range(world):
-                procs.append(subprocess.Popen(
-                    [sys.executable, str(WORKER), str(rank), str(world), port, scenario, str(out)],
-                    env=job_env, stdout=subprocess.DEVNULL, stderr=open(out / f"stderr_{rank}.txt", "wb")))
+                with open(out / f"stderr_{rank}.txt", "wb") as stderr:
+                    procs.append(subprocess.Popen(
+                        [sys.executable, str(WORKER), str(rank), str(world), port, scenario, str(out)],
+                        env=job_env, stdout=subprocess.DEVNULL, stderr=stderr))
         deadline = time.monotonic() + timeout_s
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -44,4 +77,3 @@ def run_jobs(scenarios: dict[str, Path], world: int = 3, timeout_s: float = 240.
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return scenarios
