@@ -1,6 +1,6 @@
 """Launch small real gloo jobs (one process per rank, 127.0.0.1, a free port) and collect dumps.
 
-Used by ``conftest.py`` (one session-scoped run shared by many tests). Every child is waited for
+Used by ``conftest.py`` (one run per pytest process, shared by many tests). Every child is waited for
 or killed; nothing outlives :func:`run_jobs`.
 """
 
