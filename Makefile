@@ -14,12 +14,14 @@ $(VENV)/.installed: pyproject.toml requirements-test.txt
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
+# Two pytest workers: the real jobs mostly wait on their ranks' steps, so two run side by side on
+# 2 cores; the jobs that start many processes at once size themselves by free memory.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 tests
 
 # Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not jobs" tests
+	$(PY) -m pytest -q -n 2 -m "not jobs" tests
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]'

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import pickle
+import random
 import shutil
 from pathlib import Path
 
@@ -80,13 +80,13 @@ def test_empty_folder_gives_no_ranks(tmp_path):
 
 
 @pytest.mark.parametrize("content, why", [
-    (os.urandom(64).replace(b"\x80", b"\x00").replace(b"{", b"("), "neither a pickle nor JSON"),
+    (random.Random(83).randbytes(64).replace(b"\x80", b"\x00").replace(b"{", b"("), "neither a pickle nor JSON"),
     (b"\x80\x04\x95\x10\x00\x00", "not a valid pickle"),
     (pickle.dumps([1, 2, 3]), "top level is list"),
     (pickle.dumps({"version": "1.0", "entries": []}), "unsupported flight-recorder format version"),
     (pickle.dumps({"version": "2.10", "entries": [{"nope": 1}]}), "malformed entry"),
     (b"{not json", "not valid JSON"),
-])
+], ids=lambda value: value if isinstance(value, str) else "")
 def test_bad_files_are_listed_as_unreadable_and_the_rest_analyzed(tmp_path, content, why):
     write(tmp_path, "rank_00000.nccl.fr.pkl", dump(collectives(3), {"0": ("default_pg", [0, 1])}))
     (tmp_path / "rank_00001.nccl.fr.pkl").write_bytes(content)
