@@ -21,12 +21,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.jobs)
 
 
+def _destroy_default_group() -> None:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 @pytest.fixture(autouse=True)
 def _restore_environment_and_process_group():
+    # Before too: with two pytest workers a test once found a default group (and its store's
+    # events) that an earlier test of its worker had left behind.
+    _destroy_default_group()
     saved = dict(os.environ)
     yield
     os.environ.clear()
     os.environ.update(saved)
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    _destroy_default_group()
