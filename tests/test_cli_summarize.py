@@ -93,3 +93,24 @@ def test_a_run_folder_with_several_events_summarizes_the_newest_and_says_so(tmp_
     assert main(["summarize", str(tmp_path / "stall-001"), "--format", "json"]) == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out)["culprit_ranks"] == [1] and "dump events" not in captured.err
+
+
+def test_one_event_gathered_into_per_node_folders_is_summarized_whole(tmp_path, capsys):
+    """Each node's ranks of stall-001 copied into a folder of their own (as users gather them), a
+    second event beside it: the two node folders are one event, read together."""
+    import shutil
+
+    _event(tmp_path / "made" / "stall-001", culprit=1, mtime=1_000_000)
+    gathered = tmp_path / "gathered"
+    for rank in (0, 1):
+        node = gathered / "stall-001" / f"node-{rank}"
+        node.mkdir(parents=True)
+        for name in (f"rank_{rank:05d}.nccl.fr.pkl", f"rank_{rank:05d}.context.json"):
+            shutil.copy2(tmp_path / "made" / "stall-001" / name, node / name)
+    (gathered / "stall-001" / "node-1" / "rank_00002.nccl.fr.pkl").write_bytes(b"\x00hostile")
+    _event(gathered / "stall-000", culprit=0, mtime=500_000)
+    assert main(["summarize", str(gathered), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["culprit_ranks"] == [1] and out["ranks_seen"] == [0, 1], out
+    assert "holds 2 dump events (stall-000, stall-001); summarizing the newest" in captured.err

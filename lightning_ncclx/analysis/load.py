@@ -225,23 +225,45 @@ def _rank_disagreements(read: list[RankTrace], candidates: Sequence[Candidate]) 
 
 
 def event_folders(root: str | os.PathLike) -> list[Path]:
-    """The dump events under ``root``, oldest first: folders that directly hold our
-    ``rank_<R>.context.json`` files (``ranks/<host>/`` copies belong to their event). ``[root]``
-    when ``root`` is itself one event; ``[]`` when it holds no context file (e.g. torch's own
-    dumps)."""
+    """The dump events under ``root``, oldest first. An event is the folders holding our
+    ``rank_<R>.context.json`` files that name one event of one run (``ranks/<host>/`` copies belong
+    to their event): the folder they share, so an event whose dumps were gathered into per-node
+    folders stays one event. ``[root]`` when ``root`` itself holds context files; ``[]`` when
+    it holds none (e.g. torch's own dumps)."""
     root = Path(root)
     if not root.is_dir():
         return []
-    newest: dict[Path, float] = {}
+    members: dict[Any, list[Path]] = {}
+    newest: dict[Any, float] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         folder = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if d != "ranks")
-        times = [_mtime(folder / f) for f in filenames if CONTEXT.match(f)]
-        if times:
-            newest[folder] = max(times)
-            if folder == root:
-                return [root]
-    return sorted(newest, key=lambda f: (newest[f], str(f)))
+        contexts = sorted(f for f in filenames if CONTEXT.match(f))
+        if not contexts:
+            continue
+        if folder == root:
+            return [root]
+        identity = _event_identity(folder / contexts[0]) or folder
+        members.setdefault(identity, []).append(folder)
+        newest[identity] = max(newest.get(identity, 0.0), *(_mtime(folder / f) for f in contexts))
+    events: dict[Path, float] = {}
+    for identity, folders in members.items():
+        shared = Path(os.path.commonpath(folders))
+        events[shared] = max(events.get(shared, 0.0), newest[identity])
+    if root in events:  # events that only share the root: the root is the one folder holding them all
+        return [root]
+    return sorted(events, key=lambda f: (events[f], str(f)))
+
+
+def _event_identity(context_path: Path) -> tuple[str, str] | None:
+    """(run id, event name) a context file names, or None where it names none (or is not one)."""
+    try:
+        data = json.loads(read_regular(context_path, MAX_SIDE_FILE_BYTES, "context file"))
+    except (DumpReadError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("event"), str) or not data["event"]:
+        return None
+    return str(data.get("run_id") or ""), data["event"][:200]
 
 
 def _mtime(path: Path) -> float:
