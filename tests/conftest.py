@@ -29,8 +29,8 @@ def _destroy_default_group() -> None:
 
 @pytest.fixture(autouse=True)
 def _restore_environment_and_process_group():
-    # Before too: with two pytest workers a test once found a default group (and its store's
-    # events) that an earlier test of its worker had left behind.
+    # Before too: a test that fails to clean up must not hand its group to the next test of the
+    # same pytest worker.
     _destroy_default_group()
     saved = dict(os.environ)
     yield

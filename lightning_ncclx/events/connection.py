@@ -257,24 +257,25 @@ class StoreClient:
 
 
 # ---------------------------------------------------------------------- the shared connection
-_shared: dict[Any, tuple[StoreClient, int]] = {}
+_shared: dict[StoreAddress, tuple[StoreClient, int]] = {}
 _shared_lock = threading.Lock()
-
-
-def _identity(job_store: Any) -> Any:
-    address = StoreAddress.of(job_store)
-    return address if address is not None else id(job_store)
 
 
 def shared_client(job_store: Any, op_timeout_seconds: float) -> StoreClient:
     """The process's one plugin connection to ``job_store``'s server (opened lazily, from the
-    first thread that uses it). Pair every call with :func:`release_client`."""
-    key = _identity(job_store)
+    first thread that uses it). Pair every call with :func:`release_client`.
+
+    A store without a server (``HashStore``: a run without a process group) gets a client of its
+    own each time: there is no connection to share, and a cache keyed by the object's ``id``
+    handed a later store, placed where a freed one had been, the freed one's client and events."""
+    address = StoreAddress.of(job_store)
+    if address is None:
+        return _new_client(job_store, op_timeout_seconds)
     with _shared_lock:
-        client, users = _shared.get(key, (None, 0))
+        client, users = _shared.get(address, (None, 0))
         if client is None:
             client = _new_client(job_store, op_timeout_seconds)
-        _shared[key] = (client, users + 1)
+        _shared[address] = (client, users + 1)
         return client
 
 
