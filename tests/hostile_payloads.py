@@ -11,9 +11,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import lzma
 import os
 import random
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -93,6 +95,38 @@ def gzip_bomb(inflated_bytes: int, member_name: str = "rank_00000.context.json")
         out.write(bytes(-inflated_bytes % tarfile.BLOCKSIZE))
         out.write(bytes(2 * tarfile.BLOCKSIZE))  # end of archive
     return buffer.getvalue()
+
+
+def xz_bomb(inflated_bytes: int, member_name: str = "rank_00000.context.json") -> bytes:
+    """An xz'd tar (as ``pack_files`` writes) whose one member is ``inflated_bytes`` zeros,
+    written in 1 MiB pieces."""
+    info = tarfile.TarInfo(member_name)
+    info.size = inflated_bytes
+    info.mode = 0o644
+    packer = lzma.LZMACompressor(format=lzma.FORMAT_XZ, preset=1)
+    parts = [packer.compress(info.tobuf(format=tarfile.GNU_FORMAT))]
+    chunk = bytes(1 << 20)
+    left = inflated_bytes
+    while left > 0:
+        parts.append(packer.compress(chunk[:min(left, len(chunk))]))
+        left -= len(chunk)
+    parts.append(packer.compress(bytes(-inflated_bytes % tarfile.BLOCKSIZE) + bytes(2 * tarfile.BLOCKSIZE)))
+    parts.append(packer.flush())
+    return b"".join(parts)
+
+
+def xz_declaring_a_huge_dictionary(plain: bytes = b"hello") -> bytes:
+    """A valid xz stream of ``plain`` whose block header declares LZMA2's largest dictionary
+    (4 GiB - 1): a decoder without a memory cap would reserve that much."""
+    packed = bytearray(lzma.compress(plain, format=lzma.FORMAT_XZ, preset=0))
+    header_start = 12  # after the stream header
+    header_size = (packed[header_start] + 1) * 4
+    header = packed[header_start:header_start + header_size]
+    at = header.index(b"\x21\x01") + 2  # LZMA2 filter id, one property byte: the dictionary size
+    header[at] = 40
+    header[-4:] = zlib.crc32(bytes(header[:-4])).to_bytes(4, "little")
+    packed[header_start:header_start + header_size] = header
+    return bytes(packed)
 
 
 def incompressible_bytes(size: int, seed: int = 0) -> bytes:

@@ -47,10 +47,11 @@ def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankCon
             declared = t.pg_config.get(name)
             if declared is not None and declared[0]:
                 descs.setdefault((t.lib, name), declared[0])
+    declared = _Declared(traces, contexts)
     out: dict[tuple[str, str], GroupRef] = {}
     for (lib, name), ranks_seen in sorted(mentions.items()):
         desc = descs.get((lib, name), "")
-        ranks = _declared(lib, name, traces, contexts)
+        ranks = declared.members(lib, name)
         known = ranks is not None
         if ranks is None:
             ranks = tuple(sorted(ranks_seen))
@@ -60,21 +61,36 @@ def resolve_groups(traces: tuple[RankTrace, ...], contexts: Mapping[int, RankCon
     return out
 
 
-def _declared(lib: str, name: str, traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> tuple[int, ...] | None:
-    votes: Counter[tuple[int, ...]] = Counter()
-    by_id: Counter[int] = Counter()  # counting by identity first: hashing a 16k-rank tuple is O(16k)
-    objects: dict[int, tuple[int, ...]] = {}
-    for t in traces:
-        if t.lib == lib and name in t.pg_config:
-            ranks = t.pg_config[name][1]
-            by_id[id(ranks)] += 1
-            objects[id(ranks)] = ranks
-    for key, n in by_id.items():
-        votes[objects[key]] += n
-    if not votes:
-        for c in contexts.values():
-            if name in c.pg_config:
-                votes[c.pg_config[name][1]] += 1
-    if not votes:
-        return None
-    return tuple(sorted(votes.most_common(1)[0][0]))
+class _Declared:
+    """Every group's declared memberships, counted in one pass over the dumps (16,384 ranks in
+    2,049 groups: one pass per group took seconds), then the contexts' as the fallback."""
+
+    def __init__(self, traces: tuple[RankTrace, ...], contexts: Mapping[int, RankContext]) -> None:
+        # counting by identity first: hashing a 16k-rank tuple is O(16k), and the loader shares
+        # one tuple per distinct membership
+        self._by_id: dict[tuple[str, str], Counter[int]] = {}
+        self._objects: dict[int, tuple[int, ...]] = {}
+        for t in traces:
+            for name, (_, ranks) in t.pg_config.items():
+                self._by_id.setdefault((t.lib, name), Counter())[id(ranks)] += 1
+                self._objects[id(ranks)] = ranks
+        self._contexts = contexts
+        self._from_contexts: dict[str, Counter[tuple[int, ...]]] | None = None
+
+    def members(self, lib: str, name: str) -> tuple[int, ...] | None:
+        votes: Counter[tuple[int, ...]] = Counter()
+        for key, n in self._by_id.get((lib, name), {}).items():
+            votes[self._objects[key]] += n
+        if not votes:
+            votes = self._context_votes().get(name, Counter())
+        if not votes:
+            return None
+        return tuple(sorted(votes.most_common(1)[0][0]))
+
+    def _context_votes(self) -> dict[str, Counter[tuple[int, ...]]]:
+        if self._from_contexts is None:
+            self._from_contexts = {}
+            for c in self._contexts.values():
+                for name, (_, ranks) in c.pg_config.items():
+                    self._from_contexts.setdefault(name, Counter())[ranks] += 1
+        return self._from_contexts

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from lightning_ncclx.dump.digest import COMMON_WORDS
 from lightning_ncclx.events.keys import REASONS, event_name, is_event_name, is_safe_name
+from lightning_ncclx.layout import rank_prefix
 
 STORE_VALUE_LIMIT = 8 * 1024 * 1024
 """torch's libuv store refuses a value over 8 MiB and closes the sender's connection."""
@@ -42,31 +43,39 @@ class BadValue(ValueError):
 
 
 ANNOUNCEMENT_DICTIONARY = "".join(COMMON_WORDS + (
-    '.stacks.txt", "rank_', '.context.json"], "folder": "', '"uploaded": false, "digest_bytes": ',
-    '{"rank": ', ', "host": "', '", "files": ["rank_', '.nccl.fr.pkl", "rank_', '.gloo.fr.pkl", "rank_',
+    '"own":[".nccl.fr.pkl",".gloo.fr.pkl",".context.json",".stacks.txt"]', ',"uploaded":true',
+    '{"rank":', ',"host":"', '","own":[".nccl.fr.pkl",".context.json",".stacks.txt"],"digest_bytes":',
 )).encode()
 """zlib's preset dictionary for announcements that carry a digest: the words every one of them
-holds (field names, file names, torch's and Lightning's paths), so each compresses to what is its
-own. A value compressed with another dictionary fails to decompress and is refused."""
+holds (field names, file names, torch's and Lightning's paths), the header's own skeleton last
+(deflate codes a nearer match in fewer bits), so each compresses to what is its own. A value
+compressed with another dictionary fails to decompress and is refused."""
+COMPRESSED_MARK = b"d"
+"""First byte of a compressed announcement (raw deflate follows: no zlib header and checksum, 10
+bytes per rank); a plain one starts with ``{``."""
 
 
 def compress_announcement(plain: bytes) -> bytes:
-    packer = zlib.compressobj(9, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, ANNOUNCEMENT_DICTIONARY)
-    return packer.compress(plain) + packer.flush()
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, ANNOUNCEMENT_DICTIONARY)
+    return COMPRESSED_MARK + packer.compress(plain) + packer.flush()
 
 
 def decompress_announcement(raw: bytes, limit: int = MAX_ANNOUNCEMENT_BYTES) -> bytes:
     """The plain announcement of a compressed one, at most ``limit`` bytes of it (a value that
     inflates further is refused before it does: a zlib bomb)."""
-    unpacker = zlib.decompressobj(15, ANNOUNCEMENT_DICTIONARY)
+    if raw[:1] != COMPRESSED_MARK:
+        raise BadValue("compressed announcement: no mark")
+    unpacker = zlib.decompressobj(-15, ANNOUNCEMENT_DICTIONARY)
     try:
-        plain = unpacker.decompress(raw, limit + 1)
+        plain = unpacker.decompress(raw[1:], limit + 1)
     except zlib.error as error:
         raise BadValue(f"compressed announcement: {str(error)[:80]}") from None
     if len(plain) > limit or unpacker.unconsumed_tail:
         raise BadValue(f"compressed announcement: inflates past the {limit}-byte cap")
     if not unpacker.eof:
         raise BadValue("compressed announcement: truncated")
+    if unpacker.unused_data:
+        raise BadValue("compressed announcement: bytes after its end")
     return plain
 
 
@@ -170,25 +179,39 @@ class Announcement:
     """``ev/<n>/rank/<r>``: where rank ``r``'s dump is, and its digest in a two-phase gather.
 
     One value per rank (a JSON header line, then the digest's bytes), so that the initiator
-    reads many ranks in one ``multi_get``; with a digest the whole value is zlib-compressed with
-    :data:`ANNOUNCEMENT_DICTIONARY` (it then starts with ``x``, a plain one with ``{``)."""
+    reads many ranks in one ``multi_get``; with a digest the whole value is deflated with
+    :data:`ANNOUNCEMENT_DICTIONARY` (it then starts with :data:`COMPRESSED_MARK`, a plain one with
+    ``{``) and carries no ``folder`` (read back as ``""``)."""
 
     rank: int
     host: str
     files: tuple[str, ...]
     folder: str
-    """Where the rank wrote its dump, on its own host (shown to the user, never opened here)."""
+    """Where the rank wrote its dump, on its own host (in its own log lines; never opened by
+    another rank)."""
     digest: bytes | None = None
     uploaded: bool = False
     """The whole dump is in the store too (``ev/<n>/blob/<r>``)."""
 
     def encode(self) -> bytes:
-        header = {"rank": self.rank, "host": self.host, "files": list(self.files), "folder": self.folder,
-                  "uploaded": self.uploaded}
-        if self.digest is not None:
-            header["digest_bytes"] = len(self.digest)
-        plain = json.dumps(header).encode() + b"\n" + (self.digest or b"")
-        return plain if self.digest is None else compress_announcement(plain)
+        """Plain JSON without a digest; with one, a compact header (no ``folder``: only this rank
+        shows it; the rank's own file names as their suffixes) and the digest, compressed."""
+        if self.digest is None:
+            header: dict[str, Any] = {"rank": self.rank, "host": self.host, "files": list(self.files),
+                                      "folder": self.folder, "uploaded": self.uploaded}
+            return json.dumps(header).encode()
+        prefix = rank_prefix(self.rank) + "."
+        own = [n[len(prefix) - 1:] for n in self.files if n.startswith(prefix)]
+        header = {"rank": self.rank, "host": self.host}
+        others = [n for n in self.files if not n.startswith(prefix)]
+        if others:
+            header["files"] = others
+        header["own"] = own
+        if self.uploaded:
+            header["uploaded"] = True
+        header["digest_bytes"] = len(self.digest)
+        plain = json.dumps(header, separators=(",", ":")).encode() + b"\n" + self.digest
+        return compress_announcement(plain)
 
     @classmethod
     def parse(cls, rank: int, raw: bytes | None) -> "Announcement":
@@ -196,7 +219,7 @@ class Announcement:
             raise BadValue(f"rank {rank}'s announcement: missing")
         if len(raw) > MAX_ANNOUNCEMENT_BYTES:
             raise BadValue(f"rank {rank}'s announcement: {len(raw)} bytes, over the cap")
-        if raw[:1] == b"x":
+        if raw[:1] == COMPRESSED_MARK:
             try:
                 raw = decompress_announcement(raw)
             except BadValue as error:
@@ -205,10 +228,12 @@ class Announcement:
         data = json_object(head, MAX_HEADER_BYTES, f"rank {rank}'s announcement")
         if data.get("rank") != rank:
             raise BadValue(f"rank {rank}'s announcement names rank {_show(data.get('rank'))}")
-        files = data.get("files")
-        if not isinstance(files, list) or len(files) > MAX_FILES_ANNOUNCED:
-            raise BadValue(f"rank {rank}'s announcement: files {_show(files)} is not a short list")
-        names = tuple(as_safe_name(f, f"rank {rank}'s file name") for f in files)
+        files, own = data.get("files", []), data.get("own", [])
+        for listed, key in ((files, "files"), (own, "own")):
+            if not isinstance(listed, list) or len(listed) > MAX_FILES_ANNOUNCED:
+                raise BadValue(f"rank {rank}'s announcement: {key} {_show(listed)} is not a short list")
+        own_names = [f"{rank_prefix(rank)}{s}" if isinstance(s, str) and s.startswith(".") else s for s in own]
+        names = tuple(as_safe_name(f, f"rank {rank}'s file name") for f in [*files, *own_names])
         digest_bytes = data.get("digest_bytes")
         digest = None
         if digest_bytes is not None:

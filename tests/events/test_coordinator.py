@@ -4,9 +4,11 @@ one event, catching up past events that are over, announcements and their gather
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 
 from lightning_ncclx.events.connection import StoreClient
@@ -127,7 +129,34 @@ def test_unpack_ignores_paths_that_leave_the_folder(tmp_path: Path) -> None:
 def test_pack_roundtrip(tmp_path: Path) -> None:
     src = tmp_path / "f.txt"
     src.write_text("hello")
-    assert unpack(pack_files([src]), tmp_path / "out", inside=tmp_path).written[0].read_text() == "hello"
+    packed = pack_files([src])
+    assert packed.startswith(b"\xfd7zXZ\x00")  # xz
+    assert unpack(packed, tmp_path / "out", inside=tmp_path).written[0].read_text() == "hello"
+
+
+def test_a_gzipd_tar_is_still_read(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("ok.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    assert unpack(buffer.getvalue(), tmp_path / "x", inside=tmp_path).written[0].read_text() == "hi"
+
+
+@pytest.mark.parametrize("cut", [1, 100, -40])
+def test_a_cut_xz_blob_keeps_what_was_whole_and_says_the_rest_was_unreadable(tmp_path: Path, cut: int) -> None:
+    files = []
+    for index in range(3):
+        path = tmp_path / f"rank_0000{index}.stacks.txt"
+        path.write_bytes(os.urandom(200_000))
+        files.append(path)
+    packed = pack_files(files)
+    out = unpack(packed[:cut] if cut > 0 else packed[:cut], tmp_path / "out", inside=tmp_path)
+    assert out.refused and out.refused[-1].startswith("archive unreadable after")
+    assert all(p.read_bytes() == (tmp_path / p.name).read_bytes() for p in out.written)
 
 
 def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, caplog) -> None:

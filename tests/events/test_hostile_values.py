@@ -4,6 +4,8 @@ names the defect it guards: a value that would have been trusted, now refused or
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import random
 import subprocess
@@ -15,7 +17,9 @@ from typing import Any, Iterator
 import pytest
 import torch.distributed as dist
 
-from hostile_payloads import NOT_AN_OBJECT, escaping_names, gzip_bomb, incompressible_bytes, json_with, random_values
+from hostile_payloads import (
+    NOT_AN_OBJECT, escaping_names, gzip_bomb, incompressible_bytes, json_with, random_values, xz_bomb,
+)
 from hostile_store import PLUGIN_PREFIX, HostileStore
 from lightning_ncclx.config import HANG_KINDS
 from lightning_ncclx.events.connection import StoreAddress, StoreClient
@@ -155,11 +159,11 @@ def test_one_bad_announcement_costs_only_its_own_rank(server: Any, hostile: Host
     assert everything_under(tmp_path / "sandbox") <= {"dumps"} | {f"dumps/{p}" for p in everything_under(dump_dir)}
 
 
-def test_a_gzip_bomb_is_refused_at_its_first_member_without_inflating_it(server: Any, hostile: HostileStore,
-                                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize("make_bomb", [gzip_bomb, xz_bomb], ids=["gzip", "xz"])
+def test_a_compressed_bomb_is_refused_at_its_first_member_without_inflating_it(make_bomb: Any, tmp_path: Path) -> None:
     """Defect: a gathered blob's members were read whole, uncapped (a 1 MB blob became a 1 GiB
     file and 1 GiB of memory). The summarizing process stays small."""
-    bomb = gzip_bomb(1 << 30, member_name="rank_00001.context.json")
+    bomb = make_bomb(1 << 30, member_name="rank_00001.context.json")
     code = f"""
 import json, resource, sys
 sys.path[:0] = {sys.path!r}
@@ -177,6 +181,23 @@ print(json.dumps({{"written": [str(p) for p in out.written], "refused": out.refu
     assert report["written"] == [] and "over the cap" in report["refused"][0]
     assert report["grew_mib"] < 64, report
     assert sum(p.stat().st_size for p in (tmp_path / "dumps").rglob("*") if p.is_file()) == 0
+
+
+def test_an_xz_blob_that_asks_for_a_4_gib_dictionary_is_refused_before_it_is_allocated(tmp_path: Path) -> None:
+    code = f"""
+import json, resource, sys
+sys.path[:0] = {sys.path!r}
+from pathlib import Path
+from hostile_payloads import xz_declaring_a_huge_dictionary
+from lightning_ncclx.events.packing import unpack
+resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))  # a 4 GiB reservation would fail loudly
+out = unpack(xz_declaring_a_huge_dictionary(), Path(sys.argv[1]) / "ranks" / "h", inside=Path(sys.argv[1]))
+print(json.dumps({{"written": [str(p) for p in out.written], "refused": out.refused}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dumps")], capture_output=True, text=True,
+                          timeout=120, check=True)
+    report = json.loads(done.stdout)
+    assert report["written"] == [] and report["refused"] == ["archive unreadable after 0 file(s): LZMAError"]
 
 
 def test_a_blob_that_names_a_million_chunks_is_refused(server: Any, hostile: HostileStore, tmp_path: Path) -> None:
@@ -326,4 +347,4 @@ def test_announcement_round_trip_keeps_the_digest(server: Any) -> None:
     sent = Announcement(1, "node-1", ("rank_00001.context.json",), "/d", b"\x00digest\n\xff")
     rank.announce(event, sent)
     raw = rank.client.read(rank_key(event.number, 1))
-    assert Announcement.parse(1, raw) == sent
+    assert Announcement.parse(1, raw) == dataclasses.replace(sent, folder="")  # a digest's carries no folder
