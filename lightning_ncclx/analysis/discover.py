@@ -127,9 +127,11 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
-def walk(roots: Iterable[Path], ignored: list[Unreadable]) -> Iterator[tuple[Path, Path, os.stat_result]]:
-    """(root, file, stat) for every regular file under ``roots``; what is skipped and why goes
-    to ``ignored``. Each real folder and file is visited once even when roots overlap."""
+def walk(roots: Iterable[Path], ignored: list[Unreadable],
+         skip: Path | None = None) -> Iterator[tuple[Path, Path, os.stat_result]]:
+    """(root, file, stat) for every regular file under ``roots`` but the folder ``skip``; what is
+    skipped and why goes to ``ignored``. Each real folder and file is visited once even when
+    roots overlap."""
     seen_dirs: set[tuple[int, int]] = set()
     seen_files: set[tuple[int, int]] = set()
     count = 0
@@ -179,6 +181,8 @@ def walk(roots: Iterable[Path], ignored: list[Unreadable]) -> Iterator[tuple[Pat
                     continue
                 key = (est.st_dev, est.st_ino)
                 if stat.S_ISDIR(est.st_mode):
+                    if skip is not None and path == skip:
+                        continue
                     if key in seen_dirs:
                         continue  # a symlink loop, or a folder reached twice
                     seen_dirs.add(key)
@@ -195,12 +199,13 @@ def walk(roots: Iterable[Path], ignored: list[Unreadable]) -> Iterator[tuple[Pat
             stack.extend(reversed(subdirs))
 
 
-def discover(roots: Iterable[Path]) -> Discovery:
-    """Candidates, context and stacks files, and what was skipped, under ``roots``."""
+def discover(roots: Iterable[Path], skip: Path | None = None) -> Discovery:
+    """Candidates, context and stacks files, and what was skipped, under ``roots`` (but the
+    folder ``skip``)."""
     roots = list(roots)
     found = Discovery()
     by_context: dict[tuple[str, str], int] = {}  # (folder, file name) -> rank, from context files
-    files = list(walk(roots, found.ignored))
+    files = list(walk(roots, found.ignored, skip))
     for _, path, _ in files:  # context files first: they name their traces
         m = CONTEXT.match(path.name)
         if m:

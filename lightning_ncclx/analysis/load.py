@@ -18,13 +18,13 @@ import os
 import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from lightning_ncclx.analysis import json_stream
 from lightning_ncclx.analysis.collection_file import read_collection
-from lightning_ncclx.analysis.discover import CONTEXT, Candidate, discover, refusal, sniff
+from lightning_ncclx.analysis.discover import CONTEXT, STACKS, Candidate, Discovery, discover, refusal, sniff
 from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_user_frame
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
 from lightning_ncclx.analysis.members import MembershipsSent, SharedMemberships
@@ -163,39 +163,98 @@ def load_folder(path: str | os.PathLike, extra_roots: Sequence[str | os.PathLike
     roots = [Path(path), *(Path(p) for p in extra_roots)]
     if not os.path.lexists(roots[0]):
         raise DumpReadError(f"{roots[0]}: no such file or folder")
-    found = discover(r for r in roots if os.path.lexists(r))
+    return _loaded(roots[0], discover(r for r in roots if os.path.lexists(r)), workers)
+
+
+@dataclass
+class ReadInMemory:
+    """Files this process wrote from data it holds, as reading them back would give them (path ->
+    what :func:`read_candidate`, :func:`read_context`, :func:`read_stacks` return)."""
+
+    traces: dict[str, RankTrace | Unreadable] = field(default_factory=dict)
+    contexts: dict[str, tuple[int, RankContext | Unreadable]] = field(default_factory=dict)
+    stacks: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+
+def load_event(folder: str | os.PathLike, in_memory: ReadInMemory, skip_folder: str | os.PathLike,
+               read_folders: Sequence[str | os.PathLike] = (), workers: int | None = None) -> LoadedFolder:
+    """What :func:`load_folder` gives for ``folder`` when the files under ``skip_folder`` are those
+    of ``read_folders`` (read from disk) and of ``in_memory`` (not read again): the two-phase
+    gather's summary, without reading back the digests it expanded (49,152 files at 16,384 ranks)."""
+    root = Path(folder)
+    found = discover([root], skip=Path(skip_folder))
+    more = discover(Path(f) for f in sorted(read_folders, key=walk_order))
+    held = set(in_memory.traces) | set(in_memory.contexts) | set(in_memory.stacks)
+    found.traces += [c for c in more.traces if c.path not in held]
+    found.contexts += [(f, r) for f, r in more.contexts if str(f) not in held]
+    found.stacks += [(f, r) for f, r in more.stacks if str(f) not in held]
+    found.ignored += more.ignored
+    found.unreadable += more.unreadable
+    return _loaded(root, found, workers, in_memory)
+
+
+def walk_order(path: str | os.PathLike) -> tuple[tuple[str, ...], str]:
+    """Where :func:`discover`'s walk meets ``path``: a folder's files before its sub-folders'."""
+    where = Path(path)
+    return where.parent.parts, where.name
+
+
+def _loaded(root: Path, found: Discovery, workers: int | None, in_memory: ReadInMemory | None = None) -> LoadedFolder:
+    memory = in_memory or ReadInMemory()
+    context_files = [(str(f), r) for f, r in found.contexts]
+    stacks_files = [(str(f), r) for f, r in found.stacks]
+    if in_memory is not None:  # in the order a walk of the folder would have met them
+        context_files = sorted(context_files + [(p, r) for p, (r, _) in memory.contexts.items()],
+                               key=lambda item: walk_order(item[0]))
+        stacks_files = sorted(stacks_files + [(p, -1) for p in memory.stacks], key=lambda item: walk_order(item[0]))
     contexts: dict[int, RankContext] = {}
     stacks: dict[int, str] = {}
     activities: dict[int, str] = {}
     unreadable: list[Unreadable] = list(found.unreadable)
     ignored: list[Unreadable] = list(found.ignored)
-    for file, rank in found.contexts:
+    for file, rank in context_files:
+        held = memory.contexts.get(file)
+        if held is not None:
+            rank = held[0]
         if rank in contexts:
             continue
-        ctx = read_context(file, rank)
+        ctx = held[1] if held is not None else read_context(Path(file), rank)
         if isinstance(ctx, Unreadable):
             unreadable.append(ctx)
         else:
             contexts[rank] = ctx
-    for file, rank in found.stacks:
+    for file, rank in stacks_files:
+        if file in memory.stacks:
+            rank = _stacks_rank(file)
+            frame, activity = memory.stacks[file]
+        else:
+            if rank in stacks or rank in activities:
+                continue
+            frame, activity = read_stacks(Path(file))
         if rank in stacks or rank in activities:
             continue
-        frame, activity = read_stacks(file)
         if frame:
             stacks[rank] = frame
         if activity:
             activities[rank] = activity
     results = _read_many(found.traces, default_workers() if workers is None else workers)
+    if in_memory is not None:
+        results = sorted(results + list(memory.traces.values()), key=lambda r: walk_order(r.path))
     ignored.extend(r for r in results if isinstance(r, NotADump))
     unreadable.extend(r for r in results if isinstance(r, Unreadable) and not isinstance(r, NotADump))
     read = _adopt_lone_backend([r for r in results if isinstance(r, RankTrace)])
     traces, duplicates = _dedupe(read)
     warnings = tuple(_rank_disagreements(read, found.traces)) + tuple(_cuts(traces))
-    facts = read_collection(roots[0])
-    return LoadedFolder(str(roots[0]), tuple(traces), contexts, stacks, tuple(unreadable),
-                        _locations(traces, contexts, roots[0]), facts.gone_ranks, facts.silent_ranks, activities,
+    facts = read_collection(root)
+    return LoadedFolder(str(root), tuple(traces), contexts, stacks, tuple(unreadable),
+                        _locations(traces, contexts, root), facts.gone_ranks, facts.silent_ranks, activities,
                         tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings,
                         digest_only_ranks=facts.digest_only_ranks, recovery=facts.recovery, refused=facts.refused)
+
+
+def _stacks_rank(path: str) -> int:
+    m = STACKS.match(os.path.basename(path))
+    return int(m[1]) if m else -1
 
 
 NOT_READ_IN_FULL = "not read in full: "
@@ -310,8 +369,13 @@ def read_context(path: Path, rank: int) -> RankContext | Unreadable:
         return Unreadable(str(path), str(exc))
     except (ValueError, RecursionError) as exc:
         return Unreadable(str(path), f"context file is not valid JSON ({str(exc)[:80]})")
+    return context_from_data(data, str(path), rank)
+
+
+def context_from_data(data: Any, path: str, rank: int) -> RankContext | Unreadable:
+    """A decoded ``context.json`` as :func:`read_context` reads it."""
     if not isinstance(data, dict):
-        return Unreadable(str(path), "context file is not a JSON object")
+        return Unreadable(path, "context file is not a JSON object")
 
     def _int(key: str) -> int | None:
         v = data.get(key)
@@ -321,7 +385,7 @@ def read_context(path: Path, rank: int) -> RankContext | Unreadable:
         v = data.get(key)
         return str(v)[:1000] if isinstance(v, (str, int, float)) else None
 
-    return RankContext(rank=rank, path=str(path), host=_str("host"), world_size=_int("world_size"),
+    return RankContext(rank=rank, path=path, host=_str("host"), world_size=_int("world_size"),
                        pg_config=parse_pg_config(data.get("pg_config")), phase=_str("phase"),
                        step=_int("step"), reason=_str("reason"), event=_str("event"),
                        exception=_str("exception"), initiator_rank=_int("initiator_rank"),
@@ -334,7 +398,21 @@ def read_stacks(path: Path) -> tuple[str | None, str | None]:
         text = read_regular(path, MAX_SIDE_FILE_BYTES, "stacks file").decode("utf-8", errors="replace")
     except DumpReadError:
         return None, None
+    return stacks_from_text(text)
+
+
+def stacks_from_text(text: str) -> tuple[str | None, str | None]:
     return main_thread_user_frame(text), main_thread_activity(text)
+
+
+def trace_from_data(data: dict[str, Any], path: str, rank: int, listed: bool) -> RankTrace | Unreadable:
+    """A decoded pickle dump named ``rank_<R>.<lib>.fr.pkl`` at ``path``, as :func:`read_candidate`
+    reads that file (``listed``: in the ``trace_files`` of rank ``rank``'s context file beside it)."""
+    from lightning_ncclx.analysis.discover import OURS
+
+    ours = OURS.match(os.path.basename(path))
+    candidate = Candidate(path, rank, "context" if listed else "layout", ours[2] if ours else "", "", True)
+    return _with_rank(build_trace(data, rank, path, candidate.lib_hint, 0), candidate, data, "pickle")
 
 
 def host_of(path: str, root: Path) -> str | None:

@@ -58,6 +58,10 @@ class CollectionResult:
     recovery: dict[str, Any] | None = None
     """Set once the event recovered: ``{"recovered": true, "lasted_seconds": ...}``."""
     timings: dict[str, float] = field(default_factory=dict)
+    in_memory: Any = None
+    """Two-phase gather: the expanded digests as the analyzer reads them
+    (:class:`~lightning_ncclx.events.first_diagnosis.FirstDiagnosis`), so that the summary does
+    not read their files back; None when they must be read from disk."""
     """Seconds per step of the collection (``wait``, ``digests``, ``first_diagnosis``, ``full_dumps``),
     in ``collection.json``."""
 

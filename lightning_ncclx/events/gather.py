@@ -46,15 +46,17 @@ def gather_missing(coordinator: EventCoordinator, result: CollectionResult, dump
                         exc_info=True)
 
 
-def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int) -> tuple[Any | None, dict[str, str], str | None]:
-    """Summary object, report paths and text; (None, {}, None) when the analyzer fails."""
+def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int,
+                 loaded: Any = None) -> tuple[Any | None, dict[str, str], str | None]:
+    """Summary object, report paths and text; (None, {}, None) when the analyzer fails.
+    ``loaded``: the folder as already read (a two-phase gather's); None reads it."""
     try:
-        from lightning_ncclx.analysis import analyze_folder
+        from lightning_ncclx.analysis import analyze, analyze_folder
     except Exception:  # noqa: BLE001
         log.error("[rank %d] the analyzer could not be imported; dumps kept in %s", rank, folder, exc_info=True)
         return None, {}, None
     try:
-        summary = analyze_folder(folder, extra_roots=extra_roots)
+        summary = analyze(loaded) if loaded is not None else analyze_folder(folder, extra_roots=extra_roots)
     except Exception:  # noqa: BLE001
         log.error("[rank %d] analyzing %s failed; the dumps stay there", rank, folder, exc_info=True)
         return None, {}, None
@@ -119,7 +121,8 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
     write_collection(result)
     extra_roots = tuple(sorted({Path(p) for p in result.gathered.values()}))
     started = time.monotonic()
-    summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank)
+    summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank, _read_in_memory(result))
+    result.in_memory = None
     result.timings["summary"] = time.monotonic() - started
     if summary is not None:
         result.summary = summary
@@ -132,6 +135,21 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
             log.warning("[rank %d] classifying the hang failed", rank, exc_info=True)
         write_collection(result)
     return result
+
+
+def _read_in_memory(result: CollectionResult) -> Any:
+    """A two-phase gather's event folder, its expanded digests not read back from disk (None:
+    read the whole folder)."""
+    if result.in_memory is None:
+        return None
+    digest_only = set(result.digest_only_ranks)
+    read_folders = sorted({Path(p) for r, p in result.gathered.items() if r not in digest_only})
+    try:
+        return result.in_memory.final_loaded(result.digest_only_ranks, read_folders)
+    except Exception:  # noqa: BLE001 - then the whole folder is read
+        log.warning("[rank %d] summarizing %s from memory failed; reading its files", result.event.initiator,
+                    result.folder, exc_info=True)
+        return None
 
 
 def _collect(coordinator: EventCoordinator, result: CollectionResult, dump_dir: Path, timeout_seconds: float,

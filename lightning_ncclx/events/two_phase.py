@@ -187,7 +187,6 @@ def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, du
             started = time.monotonic()
             want = ranks_to_pull(_first_diagnosis(result, rank, first, digests, writer), digests, peers)
             result.timings["first_diagnosis"] = time.monotonic() - started
-        del first
         try:
             coordinator.request_full_dumps(result.event, want)  # also when empty: the others stop waiting for it
         except Exception:  # noqa: BLE001
@@ -197,6 +196,8 @@ def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, du
         started = time.monotonic()
         writer.finish(result.folder / GATHERED_FOLDER)  # while the wanted ranks pack their dumps
         result.timings["digest_files"] = time.monotonic() - started
+    if first is not None and writer.failed == 0:  # else the summary reads the files that were written
+        result.in_memory = first
     started = time.monotonic()
     pulled = _pull_full_dumps(coordinator, result, want, dump_dir, timeout_seconds)
     result.timings["full_dumps"] = time.monotonic() - started

@@ -217,6 +217,8 @@ class EventParticipation:
             return
         try:
             rt.coordinator.close(opened.event, result.announced, result.blobs_from)
+            log.info("[rank %d] %s is closed: a rank that comes to it later keeps its dump to itself", rt.rank,
+                     opened.event.name)
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] clearing %s's store keys failed", rt.rank, opened.event.name, exc_info=True)
         opened.expected_movers = len([r for r in result.dumped_ranks if r not in result.gone_ranks])

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from lightning_ncclx.analysis import analyze_folder
+from lightning_ncclx.analysis import analyze, analyze_folder
 from lightning_ncclx.dump.digest import make_digest
 from lightning_ncclx.dump.digest_expand import expand
 from lightning_ncclx.events.first_diagnosis import FirstDiagnosis
 from lightning_ncclx.events.two_phase import ranks_to_pull
 from lightning_ncclx.layout import COLLECTION_FILE, rank_prefix
+from lightning_ncclx.report import render_json
 
 SCENARIOS = ["skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra", "healthy"]
 SUMMARIZER = 0
@@ -61,3 +62,35 @@ def test_digests_then_the_culprits_full_dumps_give_the_full_verdict(gloo_dumps, 
     assert (final.verdict, final.culprit_ranks) == (expected.verdict, expected.culprit_ranks), final.headline
     if len(want) < len(digests):
         assert any("digests only of rank(s)" in note for note in final.notes), final.notes
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_summary_from_memory_is_what_summarize_reads_from_the_folder(gloo_dumps, scenario, tmp_path):
+    """The gather's summary keeps the expanded digests in memory instead of reading their files
+    back (``FirstDiagnosis.final_loaded``); ``lightning-ncclx summarize`` of the folder reads every
+    file. Both give the same summary.json, in the gather's layout: digests under ``ranks/<host>/``,
+    the pulled full dumps unpacked over them."""
+    full = gloo_dumps[scenario] / "ours"
+    folder = tmp_path / "stall-001"
+    folder.mkdir()
+    for path in _files(full, SUMMARIZER):
+        shutil.copy(path, folder / path.name)
+    ranks = sorted({int(p.name[5:10]) for p in full.glob("rank_*.fr.pkl")})
+    digests = [r for r in ranks if r != SUMMARIZER]
+    in_memory = FirstDiagnosis(folder)
+    host_of = {r: f"node-{r % 2}" for r in digests}
+    for r in digests:
+        expanded = expand(make_digest(_files(full, r)), r, len(ranks))
+        target = folder / "ranks" / host_of[r]
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in expanded.files().items():
+            (target / name).write_bytes(data)
+        in_memory.add(expanded, host_of[r])
+    want = ranks_to_pull(in_memory.run([], {}, digests), digests, peers=1)
+    for r in want:
+        for path in _files(full, r):
+            shutil.copy(path, folder / "ranks" / host_of[r] / path.name)
+    digest_only = [r for r in digests if r not in want]
+    (folder / COLLECTION_FILE).write_text(json.dumps({"digest_only_ranks": digest_only}))
+    loaded = in_memory.final_loaded(digest_only, [folder / "ranks" / host_of[r] for r in want])
+    assert render_json(analyze(loaded)) == render_json(analyze_folder(folder))

@@ -92,6 +92,8 @@ def test_a_rank_resumed_after_the_summary_joins_no_closed_event_and_leaves_no_ke
     try:
         assert wait_for(lambda: bool(job.summarized()), 150), job.log()[-6000:]
         folder = job.summarized()[0]
+        # closed, not only summarized: resumed between the two, rank 2 would still join the event
+        assert wait_for(lambda: f"{folder.name} is closed" in job.log(0), 60), job.log(0)[-6000:]
         assert job.procs[2].poll() is None  # still there, stopped
         os.kill(job.procs[2].pid, signal.SIGCONT)
         codes = job.wait()
