@@ -21,6 +21,8 @@ def _escape_char(m: re.Match) -> str:
 
 def terminal_safe(text: str) -> str:
     """Control characters, ESC and lone surrogates as visible ``\\xNN`` / ``\\uNNNN``."""
+    if _UNSAFE.search(text) is None:
+        return text
     return _UNSAFE.sub(_escape_char, text)
 
 
@@ -29,32 +31,58 @@ def markdown_safe(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", terminal_safe(text))
 
 
+_ATOMS = frozenset({int, float, bool, type(None)})
+
+
 def escaped(value: Any, escape: Callable[[str], str]) -> Any:
     """A copy of ``value`` (dataclasses, tuples, lists, mappings, strings) with every string
-    passed through ``escape``; enums and numbers unchanged."""
-    if isinstance(value, Enum) or value is None or isinstance(value, (int, float, bool)):
+    passed through ``escape``; enums and numbers unchanged. What nothing changed in is returned
+    as it is (a 16,384-rank summary is ~2 million values: each distinct string is escaped once)."""
+    return _Escaper(escape).walk(value)
+
+
+class _Escaper:
+    def __init__(self, escape: Callable[[str], str]) -> None:
+        self._escape = escape
+        self._strings: dict[str, str] = {}
+        """Each string met -> its escaped form, ``""`` where escaping changes nothing."""
+        self._fields: dict[type, tuple[str, ...]] = {}
+
+    def walk(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            done = self._strings.get(value)
+            if done is None:
+                new = self._escape(value)
+                done = self._strings[value] = "" if new == value else new
+            return done or value  # "" stands for "unchanged": the very object comes back
+        if kind in _ATOMS or isinstance(value, Enum):
+            return value
+        if isinstance(value, str):  # a str subclass
+            new = self._escape(value)
+            return value if new == value else new
+        if isinstance(value, (tuple, list)):
+            walk = self.walk
+            items = [v if type(v) in _ATOMS else walk(v) for v in value]
+            if all(a is b for a, b in zip(items, value)):
+                return value
+            if hasattr(value, "_fields"):  # a named tuple keeps its type (a timeline op)
+                return type(value)(*items)
+            return tuple(items) if isinstance(value, tuple) else items
+        names = self._fields.get(kind)
+        if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+            names = self._fields[kind] = tuple(f.name for f in dataclasses.fields(value))
+        if names is not None:
+            changes = {}
+            for name in names:
+                old = getattr(value, name)
+                new = self.walk(old)
+                if new is not old:
+                    changes[name] = new
+            return dataclasses.replace(value, **changes) if changes else value  # unchanged: no copy
+        if isinstance(value, Mapping):
+            pairs = [(self.walk(k), self.walk(v)) for k, v in value.items()]
+            if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items())):
+                return value
+            return dict(pairs)
         return value
-    if isinstance(value, str):
-        new = escape(value)
-        return value if new == value else new
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for f in dataclasses.fields(value):
-            old = getattr(value, f.name)
-            new = escaped(old, escape)
-            if new is not old:
-                changes[f.name] = new
-        return dataclasses.replace(value, **changes) if changes else value  # unchanged: no copy
-    if isinstance(value, (tuple, list)):
-        items = [escaped(v, escape) for v in value]
-        if all(a is b for a, b in zip(items, value)):
-            return value
-        if hasattr(value, "_fields"):  # a named tuple keeps its type (a timeline op)
-            return type(value)(*items)
-        return tuple(items) if isinstance(value, tuple) else items
-    if isinstance(value, Mapping):
-        pairs = [(escaped(k, escape), escaped(v, escape)) for k, v in value.items()]
-        if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items())):
-            return value
-        return dict(pairs)
-    return value
