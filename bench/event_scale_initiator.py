@@ -81,13 +81,14 @@ def run_new(port: int, world: int, counts: Counts, dump_dir: Path, steps: int, m
 
 
 def _split(mark: Any, start: float, timings: dict[str, float]) -> None:
-    """The collection's steps as phases (their seconds from ``collection.json``), ending now."""
+    """The collection's steps as phases (their seconds from the gather's timings), ending now
+    (the expanded digests' files are finished after summary.json is written)."""
     at = start
     for name, label in (("wait", "announce"), ("digests", "digests"), ("first_diagnosis", "first_diagnosis"),
-                        ("digest_files", "digest_files"), ("full_dumps", "want_full_dumps")):
+                        ("full_dumps", "want_full_dumps"), ("summary", "summary")):
         at += timings.get(name, 0.0)
         mark.times.append((label, at))
-    mark("summary")
+    mark("digest_files")
 
 
 def run_old(port: int, world: int, counts: Counts, mark: Any, local: dict[str, Any], cap: float) -> dict:

@@ -22,7 +22,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 from lightning_ncclx.analysis.model import Unreadable
 from lightning_ncclx.analysis.parse import MAX_RANK
@@ -128,8 +128,8 @@ def sniff(head: bytes) -> str | None:
 
 
 def walk(roots: Iterable[Path], ignored: list[Unreadable],
-         skip: Path | None = None) -> Iterator[tuple[Path, Path, os.stat_result]]:
-    """(root, file, stat) for every regular file under ``roots`` but the folder ``skip``; what is
+         skip: Collection[Path] = ()) -> Iterator[tuple[Path, Path, os.stat_result]]:
+    """(root, file, stat) for every regular file under ``roots`` but the folders ``skip``; what is
     skipped and why goes to ``ignored``. Each real folder and file is visited once even when
     roots overlap."""
     seen_dirs: set[tuple[int, int]] = set()
@@ -181,7 +181,7 @@ def walk(roots: Iterable[Path], ignored: list[Unreadable],
                     continue
                 key = (est.st_dev, est.st_ino)
                 if stat.S_ISDIR(est.st_mode):
-                    if skip is not None and path == skip:
+                    if path in skip:
                         continue
                     if key in seen_dirs:
                         continue  # a symlink loop, or a folder reached twice
@@ -199,9 +199,9 @@ def walk(roots: Iterable[Path], ignored: list[Unreadable],
             stack.extend(reversed(subdirs))
 
 
-def discover(roots: Iterable[Path], skip: Path | None = None) -> Discovery:
+def discover(roots: Iterable[Path], skip: Collection[Path] = ()) -> Discovery:
     """Candidates, context and stacks files, and what was skipped, under ``roots`` (but the
-    folder ``skip``)."""
+    folders ``skip``)."""
     roots = list(roots)
     found = Discovery()
     by_context: dict[tuple[str, str], int] = {}  # (folder, file name) -> rank, from context files

@@ -176,13 +176,14 @@ class ReadInMemory:
     stacks: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
 
-def load_event(folder: str | os.PathLike, in_memory: ReadInMemory, skip_folder: str | os.PathLike,
+def load_event(folder: str | os.PathLike, in_memory: ReadInMemory, skip_folders: Sequence[str | os.PathLike],
                read_folders: Sequence[str | os.PathLike] = (), workers: int | None = None) -> LoadedFolder:
-    """What :func:`load_folder` gives for ``folder`` when the files under ``skip_folder`` are those
+    """What :func:`load_folder` gives for ``folder`` once the files under ``skip_folders`` are those
     of ``read_folders`` (read from disk) and of ``in_memory`` (not read again): the two-phase
-    gather's summary, without reading back the digests it expanded (49,152 files at 16,384 ranks)."""
+    gather's summary, without reading back the digests it expanded (49,152 files at 16,384 ranks),
+    which may still be on their way to disk."""
     root = Path(folder)
-    found = discover([root], skip=Path(skip_folder))
+    found = discover([root], skip={Path(f) for f in skip_folders})
     more = discover(Path(f) for f in sorted(read_folders, key=walk_order))
     held = set(in_memory.traces) | set(in_memory.contexts) | set(in_memory.stacks)
     found.traces += [c for c in more.traces if c.path not in held]

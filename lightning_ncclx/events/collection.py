@@ -58,6 +58,8 @@ class CollectionResult:
     recovery: dict[str, Any] | None = None
     """Set once the event recovered: ``{"recovered": true, "lasted_seconds": ...}``."""
     timings: dict[str, float] = field(default_factory=dict)
+    digest_files: Any = None
+    """Two-phase gather: the writer of the expanded digests' files while it is still writing."""
     in_memory: Any = None
     """Two-phase gather: the expanded digests as the analyzer reads them
     (:class:`~lightning_ncclx.events.first_diagnosis.FirstDiagnosis`), so that the summary does

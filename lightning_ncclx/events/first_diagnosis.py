@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lightning_ncclx.dump.digest_expand import Expanded
-from lightning_ncclx.layout import CONTEXT_SUFFIX, GATHERED_FOLDER, STACKS_SUFFIX, rank_file
+from lightning_ncclx.layout import CONTEXT_SUFFIX, GATHERED_FOLDER, INCOMING_FOLDER, STACKS_SUFFIX, rank_file
 
 log = logging.getLogger(__name__)
 
@@ -93,4 +93,5 @@ class FirstDiagnosis:
             traces={p: t for p, t in self.memory.traces.items() if self._rank_of[p] in keep},
             contexts={p: held for p, held in self.memory.contexts.items() if held[0] in keep},
             stacks={p: s for p, s in self.memory.stacks.items() if self._rank_of[p] in keep})
-        return load_event(self.folder, memory, self.folder / GATHERED_FOLDER, read_folders)
+        return load_event(self.folder, memory, (self.folder / GATHERED_FOLDER, self.folder / INCOMING_FOLDER),
+                          read_folders)

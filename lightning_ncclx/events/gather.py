@@ -23,7 +23,7 @@ from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top
 from lightning_ncclx.events.collection import CollectionResult, collection_document, write_collection
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full
-from lightning_ncclx.events.two_phase import two_phase_gather
+from lightning_ncclx.events.two_phase import finish_digest_files, two_phase_gather
 from lightning_ncclx.events.wire import Announcement, BadValue, EventMeta
 from lightning_ncclx.files import atomic_write_bytes
 from lightning_ncclx.layout import NATIVE_STACKS_SUFFIX, native_stacks_path, rank_file
@@ -115,15 +115,22 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
     except Exception:  # noqa: BLE001 - summarize whatever arrived
         log.error("[rank %d] gathering the dumps of %s failed; summarizing what is here", rank, event.name,
                   exc_info=True)
-    finally:
-        shutil.rmtree(folder / INCOMING_FOLDER, ignore_errors=True)
     result.refused = coordinator.refused[:] + result.refused
-    write_collection(result)
-    extra_roots = tuple(sorted({Path(p) for p in result.gathered.values()}))
-    started = time.monotonic()
-    summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank, _read_in_memory(result))
-    result.in_memory = None
-    result.timings["summary"] = time.monotonic() - started
+    try:
+        write_collection(result)
+        extra_roots = tuple(sorted({Path(p) for p in result.gathered.values()}))
+        started = time.monotonic()
+        loaded = _read_in_memory(result)
+        if loaded is None:  # the summary reads every file: they must be in place
+            finish_digest_files(result)
+            shutil.rmtree(folder / INCOMING_FOLDER, ignore_errors=True)
+        summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank, loaded)
+        del loaded
+        result.timings["summary"] = time.monotonic() - started
+    finally:
+        result.in_memory = None
+        finish_digest_files(result)  # after summary.json: the summary did not need them
+        shutil.rmtree(folder / INCOMING_FOLDER, ignore_errors=True)
     if summary is not None:
         result.summary = summary
         result.verdict = str(getattr(summary, "verdict", None))

@@ -14,13 +14,9 @@ from lightning_ncclx.events.collection import CollectionResult
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.packing import fetch_blob, unpack
 from lightning_ncclx.events.wire import Announcement, BadValue
-from lightning_ncclx.layout import CONTEXT_SUFFIX, GATHERED_FOLDER, rank_file, rank_prefix
+from lightning_ncclx.layout import CONTEXT_SUFFIX, GATHERED_FOLDER, INCOMING_FOLDER, rank_file, rank_prefix
 
 log = logging.getLogger(__name__)
-
-INCOMING_FOLDER = ".incoming"
-"""Inside the event folder: packed dumps and expanded digests before they move into place."""
-
 
 def has_local_copy(present: set[str], rank: int, files: tuple[str, ...]) -> bool:
     """Are ``rank``'s announced files (or its context file) among ``present``, the names in the

@@ -174,10 +174,14 @@ def _start_first_diagnosis(result: CollectionResult, rank: int) -> FirstDiagnosi
 
 def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, dump_dir: Path,
                      timeout_seconds: float, peers: int) -> None:
+    """Digests, the first diagnosis, ``want``, the full dumps. The expanded digests' files are
+    still being written when this returns if the summary can do without them
+    (``result.digest_files``: finish them with :func:`finish_digest_files`)."""
     rank = coordinator.rank
     started = time.monotonic()
     first = _start_first_diagnosis(result, rank)
     writer = _StagedWriter(str(result.folder / INCOMING_FOLDER / STAGING_FOLDER))
+    result.digest_files = writer
     want: list[int] = []
     digests: list[int] = []
     try:
@@ -193,17 +197,33 @@ def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, du
             log.warning("[rank %d] asking for the full dumps of %s failed", rank, want, exc_info=True)
             want = []
     finally:
-        started = time.monotonic()
-        writer.finish(result.folder / GATHERED_FOLDER)  # while the wanted ranks pack their dumps
-        result.timings["digest_files"] = time.monotonic() - started
-    if first is not None and writer.failed == 0:  # else the summary reads the files that were written
-        result.in_memory = first
+        if first is None:  # the summary reads the files: they must be in place
+            finish_digest_files(result)
     started = time.monotonic()
     pulled = _pull_full_dumps(coordinator, result, want, dump_dir, timeout_seconds)
     result.timings["full_dumps"] = time.monotonic() - started
     result.digest_only_ranks = [r for r in digests if r not in pulled]
+    result.in_memory = first
     log.info("[rank %d] %s: two-phase gather: full dumps pulled from rank(s) %s, digests only from %d rank(s)",
              rank, result.event.name, pulled, len(result.digest_only_ranks))
+
+
+def finish_digest_files(result: CollectionResult) -> None:
+    """Wait for the expanded digests' files and move them under ``ranks/<host>/`` (next to any
+    full dump already there, never over one). Never raises."""
+    writer, result.digest_files = result.digest_files, None
+    if writer is None:
+        return
+    started = time.monotonic()
+    try:
+        writer.finish(result.folder / GATHERED_FOLDER)
+    except Exception:  # noqa: BLE001
+        log.warning("[rank %d] moving the expanded digests into %s failed", result.event.initiator, result.folder,
+                    exc_info=True)
+    if writer.failed:
+        log.warning("[rank %d] %s: %d digest file(s) could not be written: an offline summarize of the folder "
+                    "misses those ranks' digests", result.event.initiator, result.event.name, writer.failed)
+    result.timings["digest_files"] = time.monotonic() - started
 
 
 def _pull_full_dumps(coordinator: EventCoordinator, result: CollectionResult, want: list[int], dump_dir: Path,
