@@ -331,8 +331,6 @@ def main() -> int:
                 done = row["outcome"]
                 local_work = dict(done.get("local_work", {}), want=done.get("want", []), code=done.get("initiator_code"),
                                   kind=done.get("kind"))
-                # the old protocol expanded every digest after its wait: the same work, replayed there
-                local_work["digests"] = local_work.get("digests", 0.0) + local_work.pop("digests_while_waiting", 0.0)
             rows.append(row)
             print_size(row)
     print_summary(rows, GOAL_SECONDS)

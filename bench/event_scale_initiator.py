@@ -23,7 +23,7 @@ from lightning_ncclx.events.wire import Announcement, Outcome
 from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, scaled
 from lightning_ncclx.watchdog.runtime import LEAVE_WAIT_SECONDS
 
-LOCAL_STEPS = ("digests_while_waiting", "digests", "first_diagnosis", "digest_files", "summary")
+LOCAL_STEPS = ("digests", "first_diagnosis", "digest_files", "summary")
 """The initiator's own work between store requests (timed in ``collection.json``)."""
 
 

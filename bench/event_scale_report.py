@@ -150,11 +150,9 @@ def _goals(row: dict, goal: float) -> None:
     for ok, text in checks:
         print(f"- {'met' if ok else 'MISSED'}: {text}")
     between = to_summary["seconds"] - announce - local
-    early = row["outcome"].get("local_work", {}).get("digests_while_waiting", 0.0)
-    print(f"- estimate with each rank's Python on its own host: the longer of the store server's {busy:.1f} s of the "
-          f"ring and announcements and the initiator's {early:.1f} s expanding digests as they arrive, + the "
-          f"initiator's {local:.1f} s after the wait + the rest of the way to summary.json ({between:.1f} s: asking for "
-          f"and pulling the full dumps) = {max(busy, early) + local + between:.1f} s (goal {goal:.0f} s)")
+    print(f"- estimate with each rank's Python on its own host: the store server's {busy:.1f} s of the ring and "
+          f"announcements + the initiator's {local:.1f} s + the rest of the way to summary.json ({between:.1f} s: asking "
+          f"for and pulling the full dumps) = {busy + local + between:.1f} s (goal {goal:.0f} s)")
     by_op: Counter = Counter()
     for p in row["phases"]:
         by_op.update(p.get("bytes_by_op", {}))

@@ -117,7 +117,6 @@ class DigestIntake:
         if not new:
             return {}
         self._asked.update(new)
-        started = time.monotonic()
         try:
             read = self.coordinator.read_announcements(self.result.event, new)
             self._expand(read)
@@ -127,9 +126,6 @@ class DigestIntake:
                         self.coordinator.rank, exc_info=True)
             self._asked.difference_update(new)
             return {}
-        finally:
-            timings = self.result.timings
-            timings["digests_while_waiting"] = timings.get("digests_while_waiting", 0.0) + time.monotonic() - started
 
     def expand_rest(self) -> list[int]:
         """Expand the announced digests not expanded yet; returns every rank read from a digest."""
