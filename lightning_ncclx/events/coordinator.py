@@ -243,54 +243,33 @@ class EventCoordinator:
             self.refuse(note)
         return ranks
 
-    def announced(self, event: EventMeta, known: dict[int, Announcement] | None = None) -> dict[int, Announcement]:
+    def announced(self, event: EventMeta) -> dict[int, Announcement]:
         """Every rank's announcement (each checked; bad ones refused): those the ``dumped``
         roster lists in a few ``multi_get`` requests, the others one non-blocking read each (a
-        roster overwritten by another client must not hide the ranks it no longer lists).
-        ``known``: announcements already read during the wait (not read again)."""
-        known = known or {}
-        listed = [r for r in self.roster(event, "dumped") if r not in known]
-        listed_set = set(listed)
-        others = [r for r in range(self.world_size) if r not in listed_set and r not in known]
-        found = dict(known)
-        found.update(self.read_announcements(event, listed))
-        values = [self.client.read(rank_key(event.number, r)) for r in others]
-        found.update(self._parsed(others, values))
-        return dict(sorted(found.items()))
-
-    def read_announcements(self, event: EventMeta, ranks: list[int]) -> dict[int, Announcement]:
-        """The announcements of ``ranks`` (listed on the roster) in ``multi_get`` requests; absent
-        and refused ones left out."""
-        return self._parsed(ranks, self.client.read_many([rank_key(event.number, r) for r in ranks]))
-
-    def _parsed(self, ranks: list[int], values: list[bytes | None]) -> dict[int, Announcement]:
+        roster overwritten by another client must not hide the ranks it no longer lists)."""
+        listed = self.roster(event, "dumped")
+        others = [r for r in range(self.world_size) if r not in set(listed)]
+        values = self.client.read_many([rank_key(event.number, r) for r in listed])
+        values += [self.client.read(rank_key(event.number, r)) for r in others]
         found: dict[int, Announcement] = {}
-        for rank, raw in zip(ranks, values):
+        for rank, raw in zip(listed + others, values):
             if raw is None:
                 continue
             try:
                 found[rank] = Announcement.parse(rank, raw)
             except BadValue as error:
                 self.refuse(error)
-        return found
+        return dict(sorted(found.items()))
 
     def wait_for_dumps(self, event: EventMeta, timeout_seconds: float, poll_seconds: float | None = None,
-                       liveness_every_seconds: float = 0.5,
-                       on_listed: Callable[[list[int]], dict[int, Announcement]] | None = None,
-                       ) -> dict[int, Announcement]:
+                       liveness_every_seconds: float = 0.5) -> dict[int, Announcement]:
         """Rank -> its announcement, once every rank announced (or is gone: its process exited)
-        or the deadline passed. ``on_listed`` gets the ``dumped`` roster at each poll (the
-        two-phase gather reads and expands the digests that arrived while it waits) and returns
-        the announcements it read, which are not read again."""
+        or the deadline passed."""
         poll_seconds = roster_poll_seconds(self.world_size) if poll_seconds is None else poll_seconds
         deadline = self._clock() + timeout_seconds
         next_liveness = self._clock()
-        known: dict[int, Announcement] = {}
         while self._clock() < deadline:
-            listed = self.roster(event, "dumped")
-            if on_listed is not None:
-                known.update(on_listed(listed))
-            count = len(listed)
+            count = len(self.roster(event, "dumped"))
             if count >= self.world_size:
                 break
             if self._clock() >= next_liveness:
@@ -303,7 +282,7 @@ class EventCoordinator:
                                 self.rank, exc_info=True)
                     next_liveness = deadline  # once per event, not every poll
             self._sleep(poll_seconds)
-        return self.announced(event, known)
+        return self.announced(event)
 
     # ------------------------------------------------------------------ two-phase: full dumps wanted
     def request_full_dumps(self, event: EventMeta, ranks: list[int]) -> None:

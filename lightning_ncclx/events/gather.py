@@ -23,7 +23,7 @@ from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top
 from lightning_ncclx.events.collection import CollectionResult, collection_document, write_collection
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full
-from lightning_ncclx.events.two_phase import DigestIntake, finish_digest_files, two_phase_gather
+from lightning_ncclx.events.two_phase import finish_digest_files, two_phase_gather
 from lightning_ncclx.events.wire import Announcement, BadValue, EventMeta
 from lightning_ncclx.files import atomic_write_bytes
 from lightning_ncclx.layout import NATIVE_STACKS_SUFFIX, native_stacks_path, rank_file
@@ -78,10 +78,9 @@ def write_summary_reports(summary: Any, folder: Path, rank: int) -> tuple[dict[s
     return reports, text
 
 
-def _wait(coordinator: EventCoordinator, event: EventMeta, timeout_seconds: float,
-          intake: DigestIntake | None) -> dict[int, Announcement]:
+def _wait(coordinator: EventCoordinator, event: EventMeta, timeout_seconds: float) -> dict[int, Announcement]:
     try:
-        return coordinator.wait_for_dumps(event, timeout_seconds, on_listed=intake.on_listed if intake else None)
+        return coordinator.wait_for_dumps(event, timeout_seconds)
     except Exception:  # noqa: BLE001 - the store may be gone (rank 0 died): summarize what is here
         log.warning("[rank %d] waiting for the other ranks' dumps failed", coordinator.rank, exc_info=True)
         return {}
@@ -145,14 +144,6 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
     return result
 
 
-def _start_intake(coordinator: EventCoordinator, result: CollectionResult) -> DigestIntake | None:
-    try:
-        return DigestIntake(coordinator, result)
-    except Exception:  # noqa: BLE001 - then every digest is expanded after the wait
-        log.warning("[rank %d] preparing the two-phase gather failed", coordinator.rank, exc_info=True)
-        return None
-
-
 def _read_in_memory(result: CollectionResult) -> Any:
     """A two-phase gather's event folder, its expanded digests not read back from disk (None:
     read the whole folder)."""
@@ -172,8 +163,7 @@ def _collect(coordinator: EventCoordinator, result: CollectionResult, dump_dir: 
              gather_through_store: bool, two_phase: bool, two_phase_peers: int) -> None:
     rank, event = coordinator.rank, result.event
     started = time.monotonic()
-    intake = _start_intake(coordinator, result) if gather_through_store and two_phase else None
-    result.announced = _wait(coordinator, event, timeout_seconds, intake)
+    result.announced = _wait(coordinator, event, timeout_seconds)
     result.timings["wait"] = time.monotonic() - started
     result.announced.setdefault(rank, Announcement(rank, "unknown-host", (), str(result.folder)))
     result.dumped_ranks = sorted(result.announced)
@@ -182,7 +172,7 @@ def _collect(coordinator: EventCoordinator, result: CollectionResult, dump_dir: 
         _liveness(coordinator, result)
     if gather_through_store and two_phase:
         result.gather = "two_phase"
-        two_phase_gather(coordinator, result, dump_dir, timeout_seconds, two_phase_peers, intake)
+        two_phase_gather(coordinator, result, dump_dir, timeout_seconds, two_phase_peers)
     elif gather_through_store:
         result.gather = "full"
         gather_missing(coordinator, result, dump_dir)

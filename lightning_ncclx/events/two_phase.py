@@ -29,7 +29,6 @@ from lightning_ncclx.events.collection import CollectionResult
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.first_diagnosis import FirstDiagnosis
 from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full, target_folder
-from lightning_ncclx.events.wire import Announcement
 from lightning_ncclx.layout import GATHERED_FOLDER
 
 log = logging.getLogger(__name__)
@@ -95,64 +94,27 @@ class _StagedWriter:
         _move_into_place(Path(self.staging), gathered)
 
 
-class DigestIntake:
-    """The first phase, as the announcements arrive: each rank's digest expanded into dump files
-    (handed to the writer) and into the first diagnosis while the initiator still waits for the
-    other ranks (:meth:`on_listed`, called at each poll of the ``dumped`` roster), the rest once
-    the wait is over (:meth:`expand_rest`)."""
-
-    def __init__(self, coordinator: EventCoordinator, result: CollectionResult) -> None:
-        self.coordinator, self.result = coordinator, result
-        self.first = _start_first_diagnosis(result, coordinator.rank)
-        self.writer = _StagedWriter(str(result.folder / INCOMING_FOLDER / STAGING_FOLDER))
-        result.digest_files = self.writer
-        self.expanded: list[int] = []
-        self._asked: set[int] = set()
-        self._declarations = _Declarations()
-
-    def on_listed(self, listed: list[int]) -> dict[int, Announcement]:
-        """Read and expand the announcements of the newly listed ranks; returns those read.
-        Never raises (the wait goes on; the rest is read after it)."""
-        new = [r for r in listed if r not in self._asked]
-        if not new:
-            return {}
-        self._asked.update(new)
+def expand_digests(coordinator: EventCoordinator, result: CollectionResult, writer: _StagedWriter,
+                   first: FirstDiagnosis | None = None) -> list[int]:
+    """First phase: the digests of the ranks whose dump is not in the event folder, handed to
+    ``writer`` as dump files (and to ``first``); returns the ranks read from a digest."""
+    present = names_in(result.folder)
+    declarations = _Declarations()
+    expanded: list[int] = []
+    for rank, announcement in sorted(result.announced.items()):
+        if announcement.digest is None or has_local_copy(present, rank, announcement.files):
+            continue
         try:
-            read = self.coordinator.read_announcements(self.result.event, new)
-            self._expand(read)
-            return read
-        except Exception:  # noqa: BLE001
-            log.warning("[rank %d] reading the announcements that arrived failed; they are read after the wait",
-                        self.coordinator.rank, exc_info=True)
-            self._asked.difference_update(new)
-            return {}
-
-    def expand_rest(self) -> list[int]:
-        """Expand the announced digests not expanded yet; returns every rank read from a digest."""
-        done = set(self.expanded)
-        self._expand({r: a for r, a in self.result.announced.items() if r not in done})
-        return self.expanded
-
-    def _expand(self, announced: dict[int, Announcement]) -> None:
-        result = self.result
-        with_digest = {r: a for r, a in announced.items() if a.digest is not None}
-        if not with_digest:
-            return
-        present = names_in(result.folder)
-        for rank, announcement in sorted(with_digest.items()):
-            if rank in result.gathered or has_local_copy(present, rank, announcement.files):
-                continue
-            try:
-                digest = expand(announcement.digest, rank, self.coordinator.world_size,  # type: ignore[arg-type]
-                                self._declarations.keep)
-            except DigestError as error:
-                result.refused.append(f"rank {rank}'s digest: {error}")
-                continue
-            self.writer.put(announcement.host, digest.files())
-            if self.first is not None:
-                self.first.add(digest, announcement.host)
-            result.gathered[rank] = str(target_folder(result.folder, announcement))
-            self.expanded.append(rank)
+            digest = expand(announcement.digest, rank, coordinator.world_size, declarations.keep)
+        except DigestError as error:
+            result.refused.append(f"rank {rank}'s digest: {error}")
+            continue
+        writer.put(announcement.host, digest.files())
+        if first is not None:
+            first.add(digest, announcement.host)
+        result.gathered[rank] = str(target_folder(result.folder, announcement))
+        expanded.append(rank)
+    return expanded
 
 
 def _move_into_place(staging: Path, gathered: Path) -> None:
@@ -211,22 +173,23 @@ def _start_first_diagnosis(result: CollectionResult, rank: int) -> FirstDiagnosi
 
 
 def two_phase_gather(coordinator: EventCoordinator, result: CollectionResult, dump_dir: Path,
-                     timeout_seconds: float, peers: int, intake: DigestIntake | None = None) -> None:
-    """The digests not expanded during the wait, the first diagnosis, ``want``, the full dumps.
-    The expanded digests' files are still being written when this returns if the summary can do
-    without them (``result.digest_files``: finish them with :func:`finish_digest_files`)."""
+                     timeout_seconds: float, peers: int) -> None:
+    """Digests, the first diagnosis, ``want``, the full dumps. The expanded digests' files are
+    still being written when this returns if the summary can do without them
+    (``result.digest_files``: finish them with :func:`finish_digest_files`)."""
     rank = coordinator.rank
     started = time.monotonic()
-    intake = intake or DigestIntake(coordinator, result)
-    first = intake.first
+    first = _start_first_diagnosis(result, rank)
+    writer = _StagedWriter(str(result.folder / INCOMING_FOLDER / STAGING_FOLDER))
+    result.digest_files = writer
     want: list[int] = []
     digests: list[int] = []
     try:
-        digests = sorted(intake.expand_rest())
+        digests = expand_digests(coordinator, result, writer, first)
         result.timings["digests"] = time.monotonic() - started
         if digests:
             started = time.monotonic()
-            want = ranks_to_pull(_first_diagnosis(result, rank, first, digests, intake.writer), digests, peers)
+            want = ranks_to_pull(_first_diagnosis(result, rank, first, digests, writer), digests, peers)
             result.timings["first_diagnosis"] = time.monotonic() - started
         try:
             coordinator.request_full_dumps(result.event, want)  # also when empty: the others stop waiting for it
