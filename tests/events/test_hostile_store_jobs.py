@@ -116,6 +116,17 @@ def _plant_during_the_event(hostile: "_Both", world: int, seed: int, stop: "thre
     deadline = time.monotonic() + JOB_SECONDS
     while not stop.is_set() and not hostile.exists("ev/1/meta") and time.monotonic() < deadline:
         time.sleep(0.02)
+    for client in hostile.clients:  # the store is up: a reconnect that finds it gone gives up soon
+        client.timeout_seconds = 5.0
+    try:
+        _plant_rounds(hostile, world, rng, crafted, stop, planted)
+    except (TimeoutError, OSError, RuntimeError):  # the job ended and its store with it
+        pass
+    return planted
+
+
+def _plant_rounds(hostile: "_Both", world: int, rng: random.Random, crafted: dict[str, list[str]],
+                  stop: "threading.Event", planted: list[str]) -> None:
     rounds = 0
     while not stop.is_set() and rounds < 40:
         rounds += 1
@@ -132,7 +143,6 @@ def _plant_during_the_event(hostile: "_Both", world: int, seed: int, stop: "thre
             hostile.try_set("ev/1/blob/99/0", gzip_bomb(256 << 20))
             hostile.try_set("ev/4/meta", "x" * (9 * 1024 * 1024))  # over the store's limit: refused
         time.sleep(0.05)
-    return planted
 
 
 @pytest.mark.timeout(400)
@@ -165,6 +175,7 @@ def test_a_hostile_client_during_a_real_event_changes_nothing_the_honest_ranks_d
             finally:
                 stop.set()
                 worker.join(30)
+            assert not worker.is_alive(), "the planting thread outlived the job"
     finally:
         kill_session(proc)
         proc.wait()
