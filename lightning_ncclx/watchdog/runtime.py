@@ -34,6 +34,7 @@ from lightning_ncclx.events.wire import EventMeta
 from lightning_ncclx.watchdog.activity import main_thread_phase
 from lightning_ncclx.watchdog.consensus import Consensus, ConsensusBoard, Picture
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
+from lightning_ncclx.watchdog import observer_hold
 from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, EventParticipation, scaled
 from lightning_ncclx.watchdog.teardown_guard import guard_exit
 from lightning_ncclx.watchdog.triggers import FileTrigger, SignalWakeup, checks_file_trigger
@@ -130,6 +131,11 @@ class WatchdogRuntime:
         threads."""
         with self._event_lock:
             self._ensure_armed()
+        try:
+            observer_hold.install()
+        except Exception:  # noqa: BLE001 - a Lightning whose observer looks different: left as it is
+            log.warning("[rank %d] could not hold Lightning's child-process observer during summaries", self.rank,
+                        exc_info=True)
         if self.doorbell is not None:
             self.doorbell.start()
         try:
@@ -387,12 +393,14 @@ class WatchdogRuntime:
             log.warning("[rank %d] recording the hang kind of %s failed", self.rank, event.name, exc_info=True)
 
     def summarize(self, event: EventMeta, folder: Path) -> CollectionResult:
-        result = gather_and_summarize(
-            self.coordinator, event, folder, dump_dir=self.dump_dir,
-            collect_timeout_seconds=scaled(self.config.collect_timeout_seconds, self.world_size),
-            gather_through_store=self.config.gather_through_store,
-            two_phase=self.config.two_phase_gather(self.world_size), two_phase_peers=self.config.two_phase_gather_peers,
-        )
+        with observer_hold.summarizing():
+            result = gather_and_summarize(
+                self.coordinator, event, folder, dump_dir=self.dump_dir,
+                collect_timeout_seconds=scaled(self.config.collect_timeout_seconds, self.world_size),
+                gather_through_store=self.config.gather_through_store,
+                two_phase=self.config.two_phase_gather(self.world_size),
+                two_phase_peers=self.config.two_phase_gather_peers,
+            )
         self.results.append(result)
         self.report_kind(event, result.hang_kind, result.restart_advice)
         header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
