@@ -28,6 +28,16 @@ def _files(folder: Path, rank: int) -> list[Path]:
     return sorted(folder.glob(f"{rank_prefix(rank)}.*"))
 
 
+def _summarizers_folder(full: Path, tmp_path: Path) -> tuple[Path, list[int], list[int]]:
+    """The event folder with the summarizing rank's own dump; every rank, and the others."""
+    folder = tmp_path / "stall-001"
+    folder.mkdir()
+    for path in _files(full, SUMMARIZER):
+        shutil.copy(path, folder / path.name)
+    ranks = sorted({int(p.name[5:10]) for p in full.glob("rank_*.fr.pkl")})
+    return folder, ranks, [r for r in ranks if r != SUMMARIZER]
+
+
 def _write_digest(src: Path, dst: Path, rank: int, world_size: int, first: FirstDiagnosis) -> None:
     expanded = expand(make_digest(_files(src, rank)), rank, world_size)
     for name, data in expanded.files().items():
@@ -39,12 +49,7 @@ def _write_digest(src: Path, dst: Path, rank: int, world_size: int, first: First
 def test_digests_then_the_culprits_full_dumps_give_the_full_verdict(gloo_dumps, scenario, tmp_path):
     full = gloo_dumps[scenario] / "ours"
     expected = analyze_folder(full)
-    folder = tmp_path / "stall-001"
-    folder.mkdir()
-    for path in _files(full, SUMMARIZER):
-        shutil.copy(path, folder / path.name)
-    ranks = sorted({int(p.name[5:10]) for p in full.glob("rank_*.fr.pkl")})
-    digests = [r for r in ranks if r != SUMMARIZER]
+    folder, ranks, digests = _summarizers_folder(full, tmp_path)
     in_memory = FirstDiagnosis(folder)  # before any digest is written there
     for r in digests:
         _write_digest(full, folder, r, len(ranks), in_memory)
@@ -71,12 +76,7 @@ def test_the_summary_from_memory_is_what_summarize_reads_from_the_folder(gloo_du
     file. Both give the same summary.json, in the gather's layout: digests under ``ranks/<host>/``,
     the pulled full dumps unpacked over them."""
     full = gloo_dumps[scenario] / "ours"
-    folder = tmp_path / "stall-001"
-    folder.mkdir()
-    for path in _files(full, SUMMARIZER):
-        shutil.copy(path, folder / path.name)
-    ranks = sorted({int(p.name[5:10]) for p in full.glob("rank_*.fr.pkl")})
-    digests = [r for r in ranks if r != SUMMARIZER]
+    folder, ranks, digests = _summarizers_folder(full, tmp_path)
     in_memory = FirstDiagnosis(folder)
     host_of = {r: f"node-{r % 2}" for r in digests}
     for r in digests:
