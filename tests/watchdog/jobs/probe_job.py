@@ -18,14 +18,24 @@ import torch.distributed as dist
 from lightning_ncclx.watchdog.collective_probe import blocked_collectives
 
 
+def settled() -> list:
+    """gloo marks an op completed on its worker thread just after the caller's wait returns: on a
+    loaded machine the last op can still show unfinished for a moment. The probe once it settles."""
+    deadline = time.monotonic() + 10.0
+    found = blocked_collectives()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = blocked_collectives()
+    return found
+
+
 def main() -> int:
     rank, port, release = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     sub = dist.new_group(backend="gloo")
     for _ in range(5):
         dist.all_reduce(torch.ones(2), group=sub)
-    time.sleep(0.5)
-    idle = blocked_collectives()
+    idle = settled()
     found: dict[str, object] = {}
     if rank == 0:
         def probe() -> None:
@@ -37,7 +47,7 @@ def main() -> int:
         thread.start()
         dist.all_reduce(torch.ones(2), group=sub)
         thread.join()
-        found["after"] = [[b.backend, b.pg_id, b.op_id] for b in blocked_collectives()]
+        found["after"] = [[b.backend, b.pg_id, b.op_id] for b in settled()]
         found["idle"] = [[b.backend, b.pg_id, b.op_id] for b in idle]
         print("PROBE " + json.dumps(found), flush=True)
     else:
