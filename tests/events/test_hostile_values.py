@@ -127,6 +127,11 @@ def _announce(rank: EventCoordinator, event: EventMeta, host: str, folder: Path,
                   files if upload else None)
 
 
+def _written_for(dump_dir: Path, rank: int) -> list[Path]:
+    """The files of ``rank`` the gather wrote under ``dump_dir`` (into its host's folder)."""
+    return sorted(dump_dir.rglob(f"ranks/*/rank_{rank:05d}.*"))
+
+
 def _summarize(initiator: EventCoordinator, event: EventMeta, dump_dir: Path):
     folder = dump_dir / event.name
     files_of(folder, initiator.rank)
@@ -153,6 +158,7 @@ def test_one_bad_announcement_costs_only_its_own_rank(server: Any, hostile: Host
     result = _summarize(ranks[0], event, dump_dir)
     assert result.dumped_ranks == [0, 1] and result.missing_ranks == [2]
     assert result.gathered == {1: str(dump_dir / event.name / "ranks" / "node-1")}
+    assert _written_for(dump_dir, 1) and not _written_for(dump_dir, 2)  # the check the million-chunk test relies on
     assert any("rank 2" in line for line in result.refused)
     collection = json.loads((dump_dir / event.name / "collection.json").read_text())
     assert collection["refused"] == result.refused and collection["dumped_ranks"] == [0, 1]
@@ -206,7 +212,8 @@ def test_a_blob_that_names_a_million_chunks_is_refused(server: Any, hostile: Hos
     _announce(ranks[1], event, "node-1", tmp_path / "node-1" / event.name, upload=False)
     hostile.set(f"ev/{event.number}/blob/1", json.dumps({"chunks": 1_000_000, "bytes": 1 << 40}))
     result = _summarize(ranks[0], event, tmp_path / "dumps")
-    assert 1 not in result.gathered and not list((tmp_path / "dumps").rglob("ranks/*/rank_00001.*")), result.gathered
+    assert 1 not in result.gathered, result.gathered
+    assert _written_for(tmp_path / "dumps", 1) == []
     assert any("rank 1's dump chunks: 1000000 is not an integer" in line for line in result.refused), result.refused
 
 
