@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from operator import itemgetter, sub, truth
+from itertools import islice
+from operator import countOf, itemgetter, sub, truth
 from typing import Any, Mapping
 
 from lightning_ncclx.analysis.columns import (NAME_CHARS, SIG_FIELDS, done_column, open_indices, sig_columns,
@@ -45,14 +46,17 @@ def compact_common(entries: list, lib_hint: str, window: int, cut: list[str]) ->
     if not entries or type(entries[0]) is not dict:
         return None
     try:
-        names, pgs, seqs, p2ps, retired = [list(map(get, entries)) for get in own_getters(entries[0], _COMMON)]
-        name, desc = group_name(pgs[0]), str(pgs[0][1])[:NAME_CHARS]  # checked first: a memo-shared tree
-        if not set(map(type, names)) <= {str} or any(p2ps) or pgs.count(pgs[0]) != len(pgs):  # never compared
+        get_name, get_pg, get_seq, get_p2p, get_retired = own_getters(entries[0], _COMMON)
+        pg = get_pg(entries[0])
+        name, desc = group_name(pg), str(pg[1])[:NAME_CHARS]  # checked first: a memo-shared tree is never compared
+        names = set(map(str.__str__, map(get_name, entries)))  # TypeError unless str: nothing else is hashed
+        if any(map(get_p2p, entries)) or countOf(map(get_pg, entries), pg) != len(entries):
             return None
+        seqs = list(map(get_seq, entries))
         if not _consecutive(seqs):
             return None  # a 0 may be point-to-point; gaps, repeats and disorder take the general path
-        lib = pick_lib({n.rpartition(":")[0] for n in set(names)}, lib_hint)
-        done = _done(entries, bytes(map(truth, retired)), lib)
+        lib = pick_lib({n.rpartition(":")[0] for n in names}, lib_hint)
+        done = _done(entries, _flags(entries, get_retired), lib)
         start = max(0, len(entries) - window)
         es = entries[start:]
         ids, table = sig_columns(es, own_getter(entries[0], SIG_FIELDS))
@@ -81,10 +85,20 @@ def own_getters(first: dict, fields: tuple[str, ...]) -> list[itemgetter]:
 
 
 def _consecutive(seqs: list) -> bool:
-    """Positive ints, each one more than the one before (no array built for the whole dump)."""
+    """Positive ints, each one more than the one before (no list or array built for the check)."""
     if not set(map(type, seqs)) <= {int} or seqs[0] <= 0:
         return False
-    return list(map(sub, seqs[1:], seqs)).count(1) == len(seqs) - 1
+    return countOf(map(sub, islice(seqs, 1, None), seqs), 1) == len(seqs) - 1
+
+
+def _flags(entries: list, get: itemgetter) -> bytes:
+    """1 where the field is true: bools (what dumps hold) go into ``bytes`` as they are; anything
+    else (None, a number past 1, a string) is taken as its truth."""
+    try:
+        raw = bytes(map(get, entries))
+    except (TypeError, ValueError):
+        return bytes(map(truth, map(get, entries)))
+    return raw if not raw.strip(b"\x00\x01") else bytes(map(truth, raw))
 
 
 def _done(entries: list, retired: bytes, lib: str) -> bytes:

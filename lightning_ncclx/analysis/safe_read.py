@@ -25,6 +25,8 @@ MAX_SIDE_FILE_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 32 << 30
 """All dumps of one folder together (1024 ranks x 2000 entries with stacks: ~2 GiB)."""
 SNIFF_BYTES = 16
+_MORE = 1 << 16
+"""Bytes asked for per read once the size ``fstat`` gave has been read (the file grew, or its end is next)."""
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -62,13 +64,14 @@ def read_regular(path: str | os.PathLike, cap: int, what: str = "file", limit: i
             raise DumpReadError(f"{what} is {human_bytes(st.st_size)}, over the {human_bytes(cap)} cap")
         want = min(limit, cap) if limit is not None else cap
         chunks, got = [], 0
-        step = min(want + 1, st.st_size + 1) if st.st_size else 1 << 16
+        step = min(want + 1, st.st_size + 1) if st.st_size else _MORE
         while got <= want:  # the size may have changed since fstat: never read past the cap
             chunk = os.read(fd, max(1, min(step, want + 1 - got)))
             if not chunk:
                 break
             chunks.append(chunk)
             got += len(chunk)
+            step = _MORE  # past what fstat said: a buffer the file's size again only to meet its end cost 10x the read
         data = b"".join(chunks)
         if limit is None and len(data) > cap:
             raise DumpReadError(f"{what} grew past the {human_bytes(cap)} cap while being read")

@@ -40,6 +40,8 @@ COMMON = {
     "shared frames": _shared_frames,
     "many pending": _many_pending,
     "starts late": lambda: collectives(30, start=1000),
+    "retired as numbers and None": lambda: [dict(e, retired=(1, 7, None, 0.0, "yes")[i % 5]) for i, e in
+                                            enumerate(collectives(20))],
     "mixed ops": lambda: [entry(i, i + 1, op=("all_reduce", "broadcast", "all_gather")[i % 3], size=i % 5 + 1)
                           for i in range(60)],
 }
@@ -72,6 +74,11 @@ OTHERS = {
     "seq 0": _set("collective_seq_id", 0, index=0),
     "float seq": _set("collective_seq_id", 7.0, index=6),
     "bool seq": _set("collective_seq_id", True, index=0),
+    "float first seq": _set("collective_seq_id", 1.0, index=0),
+    "float last seq": _set("collective_seq_id", 10.0, index=9),
+    "str seq": _set("collective_seq_id", "6", index=5),
+    "None seq": _set("collective_seq_id", None, index=5),
+    "seq past int64": lambda: [dict(e, collective_seq_id=(1 << 63) + i) for i, e in enumerate(collectives(5))],
     "no retired": lambda: [{k: v for k, v in e.items() if k != "retired"} for e in collectives(5)],
     "name not str": _set("profiling_name", 3),
     "not a dict": lambda: collectives(3) + [["nccl:all_reduce"]],

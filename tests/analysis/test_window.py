@@ -95,11 +95,12 @@ def test_an_extra_collective_near_the_end_of_a_deep_history(tmp_path: Path, monk
 
 
 def test_the_window_shrinks_with_the_job_size_down_to_its_floor() -> None:
-    assert [track_window(n) for n in (0, 3, 2048, 4096, 8192, 16384, 65536)] == [
-        TRACK_WINDOW, TRACK_WINDOW, TRACK_WINDOW, 2050, 1025, MIN_TRACK_WINDOW, MIN_TRACK_WINDOW]
+    assert [track_window(n) for n in (0, 3, 1024, 2048, 4096, 8192, 16384, 65536)] == [
+        TRACK_WINDOW, TRACK_WINDOW, TRACK_WINDOW, 2050, 1025, 512, MIN_TRACK_WINDOW, MIN_TRACK_WINDOW]
+    assert MIN_TRACK_WINDOW == 256
 
 
-def test_a_dump_of_a_16k_rank_job_compacts_its_newest_512_and_one_without_a_size_4096() -> None:
+def test_a_dump_of_a_16k_rank_job_compacts_its_newest_256_and_one_without_a_size_4096() -> None:
     es = [entry(i, i + 1) for i in range(2000)]
     big = build_trace(dump(es, {"0": ("default_pg", list(range(16384)))}), 5, "rank_5.pkl")
     assert len(big.groups["0"].seqs) == MIN_TRACK_WINDOW and big.groups["0"].newest_seq == 2000
