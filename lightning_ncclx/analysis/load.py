@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import zlib
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,13 +28,14 @@ from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_us
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
 from lightning_ncclx.analysis.members import MembershipsSent, SharedMemberships
 from lightning_ncclx.analysis.p2p import p2p_from_context
+from lightning_ncclx.analysis.reader_pool import fork_safe, read_isolated
 from lightning_ncclx.analysis.parse import MAX_ENTRIES, MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
 from lightning_ncclx.analysis.safe_read import (DECODE_BUDGET_BYTES, MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES,
                                                 SNIFF_BYTES, bounded_memory, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
 
-FILES_PER_WORKER = 12  # below this many files per process, forking costs more than it saves
+FILES_PER_WORKER = 12  # below this many files per process, another process costs more than it saves
 MAX_WORKERS = 16
 
 
@@ -127,27 +127,25 @@ _SENT = MembershipsSent()
 
 
 def _read_many(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
-    """Read in ``workers`` forked processes. What comes back per rank is a few compact arrays
-    (tens of KiB), never the entries themselves; group memberships are shared as they arrive."""
+    """Read in forked processes (``workers`` of them at most), each file under a deadline (see
+    :mod:`reader_pool`); in this process where forking is unsafe. What comes back per rank is a
+    few compact arrays (tens of KiB), never the entries themselves; group memberships are shared
+    as they arrive."""
     tuples = SharedMemberships()
-    workers = min(workers, len(jobs) // FILES_PER_WORKER)
-    if workers <= 1:
+    if not jobs:
+        return []
+    if not fork_safe():
         return [tuples.trace(read_candidate(job)) for job in jobs]
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        chunk = max(1, min(16, len(jobs) // (workers * 8)))
-        return [tuples.trace(t) for t in pool.map(_read_packed, jobs, chunksize=chunk)]
+    processes = max(1, min(workers, len(jobs) // FILES_PER_WORKER))
+    chunk = max(1, min(16, len(jobs) // (processes * 8)))
+    return [tuples.trace(t) for t in read_isolated(jobs, processes, chunk, _read_packed)]
 
 
 def default_workers() -> int:
-    """Processes for loading: the cores this process may use (capped at 16), but none when
-    forking would be unsafe (torch, CUDA or other threads already live in this process, e.g.
-    inside a training job). Small folders are read in-process (see ``FILES_PER_WORKER``)."""
-    import threading
-
-    if sys.platform != "linux" or "torch" in sys.modules or threading.active_count() > 1:
+    """Processes for loading: the cores this process may use (capped at 16); 1 where forking
+    would be unsafe (torch, CUDA or other threads already live in this process, e.g. inside a
+    training job). Small folders are read by one process (see ``FILES_PER_WORKER``)."""
+    if not fork_safe():
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
