@@ -45,10 +45,10 @@ newest unfinished entries are found over the whole dump regardless."""
 MIN_TRACK_WINDOW = 256
 WINDOW_CELLS = 4_200_000
 """Entries compacted per group over all ranks, as the window shrinks with the job's size: 4,096
-per rank up to 1,024 ranks, 1,024 at 4,096 ranks, 256 from 16,384 ranks up (still twice the
+per rank up to 1,024 ranks, 1,025 at 4,096 ranks, 256 from 16,384 ranks up (still twice the
 newest 128 that call sites and, at that size, straggler statistics use). At 16,384 ranks the
-window's signatures are a third of the reading beyond unpickling: 512 there cost 6 % of the
-analyzer's time and 140 MiB more of its memory."""
+window's signatures are a third of the reading beyond unpickling: 512 there cost 134 µs more per
+dump (unpickling one takes ~2.1 ms) and 146 MiB more of the parent's memory."""
 
 
 def track_window(world_size: int) -> int:
