@@ -108,10 +108,27 @@ def sig_columns(es: Sequence[dict], key: itemgetter = _KEY) -> tuple[array, dict
     except (KeyError, ValueError, TypeError):  # missing fields or unmarshallable values: slow path
         keys = [canonical_sig(e) for e in es]
         ids = {k: sig_id(k) for k in dict.fromkeys(keys)}
-        return array("q", map(ids.__getitem__, keys)), {i: k for k, i in ids.items()}
-    sigs = {k: canonical_sig(e) for k, e in dict(zip(keys, es)).items()}  # one entry per distinct key
-    ids = {k: sig_id(s) for k, s in sigs.items()}
-    return array("q", map(ids.__getitem__, keys)), {ids[k]: s for k, s in sigs.items()}
+        return array("q", list(map(ids.__getitem__, keys))), {i: k for k, i in ids.items()}
+    known = _KNOWN_SIGS
+    found = {k: known.get(k) or _learn(k, e) for k, e in dict(zip(keys, es)).items()}  # once per distinct key
+    return array("q", [found[k][0] for k in keys]), dict(found.values())
+
+
+_KNOWN_SIGS: dict[bytes, tuple[int, Sig]] = {}
+"""Signature keys this process has decoded (a rank's dump repeats the same few dozen, and so do
+its peers'), at most :data:`_KNOWN_MAX` of at most :data:`_KNOWN_KEY_BYTES` each."""
+_KNOWN_MAX = 4096
+_KNOWN_KEY_BYTES = 512
+
+
+def _learn(key: bytes, e: dict) -> tuple[int, Sig]:
+    sig = canonical_sig(e)
+    got = (sig_id(sig), sig)
+    if len(key) <= _KNOWN_KEY_BYTES:
+        if len(_KNOWN_SIGS) >= _KNOWN_MAX:
+            _KNOWN_SIGS.clear()
+        _KNOWN_SIGS[key] = got
+    return got
 
 
 def done_column(es: Sequence[dict], lib: str) -> bytes:
@@ -131,7 +148,7 @@ def done_column(es: Sequence[dict], lib: str) -> bytes:
 def int_column(es: Sequence[dict], getter: itemgetter, key: str) -> array:
     """``array('q')`` of one integer field; missing or None reads as 0."""
     try:
-        return array("q", map(getter, es))
+        return array("q", list(map(getter, es)))
     except (KeyError, TypeError):
         return array("q", [e.get(key) or 0 for e in es])
 

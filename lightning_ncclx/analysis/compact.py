@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from itertools import islice
-from operator import countOf, itemgetter, sub, truth
+from operator import countOf, itemgetter, truth
 from typing import Any, Mapping
 
 from lightning_ncclx.analysis.columns import (NAME_CHARS, SIG_FIELDS, done_column, open_indices, sig_columns,
@@ -46,10 +45,11 @@ def compact_common(entries: list, lib_hint: str, window: int, cut: list[str]) ->
     if not entries or type(entries[0]) is not dict:
         return None
     try:
-        get_name, get_pg, get_seq, get_p2p, get_retired = own_getters(entries[0], _COMMON)
+        keys = own_keys(entries[0])
+        get_name, get_pg, get_seq, get_p2p, get_retired = (own_getter(keys, (f,)) for f in _COMMON)
         pg = get_pg(entries[0])
         name, desc = group_name(pg), str(pg[1])[:NAME_CHARS]  # checked first: a memo-shared tree is never compared
-        names = set(map(str.__str__, map(get_name, entries)))  # TypeError unless str: nothing else is hashed
+        names = _names(list(map(get_name, entries)))
         if any(map(get_p2p, entries)) or countOf(map(get_pg, entries), pg) != len(entries):
             return None
         seqs = list(map(get_seq, entries))
@@ -59,8 +59,8 @@ def compact_common(entries: list, lib_hint: str, window: int, cut: list[str]) ->
         done = _done(entries, _flags(entries, get_retired), lib)
         start = max(0, len(entries) - window)
         es = entries[start:]
-        ids, table = sig_columns(es, own_getter(entries[0], SIG_FIELDS))
-        times = time_column(es, own_getter(entries[0], ("time_created_ns",)))
+        ids, table = sig_columns(es, own_getter(keys, SIG_FIELDS))
+        times = time_column(es, own_getter(keys, ("time_created_ns",)))
         track = GroupTrack(lib, name, desc, array("q", seqs[start:]), ids, table, done[start:], times,
                            callsite_tail(es))
         open_ops = bounded_open(entries, open_indices(done), lib, cut)
@@ -69,26 +69,32 @@ def compact_common(entries: list, lib_hint: str, window: int, cut: list[str]) ->
     return Compacted(lib, {name: track}, (), open_ops, times[-1] if times else 0)
 
 
-def own_getter(first: dict, fields: tuple[str, ...]) -> itemgetter:
-    """``itemgetter(*fields)`` keyed by the dump's own key objects: an unpickled dump holds one
-    string per key, shared by all its entries, and a lookup by that very object skips comparing
-    the strings."""
-    own = {k: k for k in first if type(k) is str}
+def own_keys(first: dict) -> dict[str, str]:
+    """The string keys of an entry, each mapped to itself (see :func:`own_getter`)."""
+    return {k: k for k in first if type(k) is str}
+
+
+def own_getter(own: dict[str, str], fields: tuple[str, ...]) -> itemgetter:
+    """``itemgetter(*fields)`` keyed by the dump's own key objects (``own``: :func:`own_keys` of
+    its first entry): an unpickled dump holds one string per key, shared by all its entries, and a
+    lookup by that very object skips comparing the strings. A pass per field over the entries
+    costs less than one pass that builds a tuple per entry and transposes them (hardware prefetch
+    follows the entries in order; ``zip(*rows)`` hops between 2,000 iterators)."""
     return itemgetter(*(own.get(f, f) for f in fields))
 
 
-def own_getters(first: dict, fields: tuple[str, ...]) -> list[itemgetter]:
-    """One :func:`own_getter` per field: a pass per field over the entries costs less than one
-    pass that builds a tuple per entry and transposes them (hardware prefetch follows the
-    entries in order; ``zip(*rows)`` hops between 2,000 iterators)."""
-    return [own_getter(first, (f,)) for f in fields]
+def _names(names: list) -> set[str]:
+    """The distinct names; TypeError unless every one is a string. ``str.join`` checks the types
+    in C before anything is hashed (a tuple built from shared parts would hash for ever)."""
+    "".join(names)
+    return set(names)
 
 
 def _consecutive(seqs: list) -> bool:
-    """Positive ints, each one more than the one before (no list or array built for the check)."""
-    if not set(map(type, seqs)) <= {int} or seqs[0] <= 0:
-        return False
-    return countOf(map(sub, islice(seqs, 1, None), seqs), 1) == len(seqs) - 1
+    """Positive ints (not bools or floats: those take the general path), each one more than the
+    one before."""
+    return (countOf(map(type, seqs), int) == len(seqs) and seqs[0] > 0
+            and seqs == list(range(seqs[0], seqs[0] + len(seqs))))
 
 
 def _flags(entries: list, get: itemgetter) -> bytes:

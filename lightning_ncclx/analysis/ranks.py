@@ -42,7 +42,8 @@ def _first_user(frames: tuple[str, ...]) -> str | None:
 
 
 def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: int = TIMELINE_LENGTH) -> tuple[TimelineOp, ...]:
-    """The rank's newest ``length`` collectives over all its groups, oldest first."""
+    """The rank's newest ``length`` collectives over all its groups, oldest first (by creation
+    time, then group and sequence id)."""
     ops: list[tuple] = []
     for lib_traces in by_lib.values():
         trace = lib_traces.get(rank)
@@ -50,10 +51,14 @@ def timeline(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]], length: i
             continue
         for name, tr in trace.groups.items():
             start = max(0, len(tr.seqs) - length)
-            ops.extend(zip(tr.times_ns[start:], repeat(name), tr.seqs[start:],
-                           map(tr.sig_table.__getitem__, tr.sig_ids[start:]), tr.done[start:]))
-    ops.sort(key=itemgetter(0, 1, 2))
-    return tuple(TimelineOp(name, seq, sig[0], bool(done), time_ns) for time_ns, name, seq, sig, done in ops[-length:])
+            ops.extend(zip(repeat(name), tr.seqs[start:], map(_OP, map(tr.sig_table.__getitem__, tr.sig_ids[start:])),
+                           map(bool, tr.done[start:]), tr.times_ns[start:]))
+    ops.sort(key=_WHEN)
+    return tuple(map(tuple.__new__, repeat(TimelineOp), ops[-length:]))  # rows in field order: no call per op
+
+
+_OP = itemgetter(0)
+_WHEN = itemgetter(4, 0, 1)  # TimelineOp's time_ns, group, seq
 
 
 MAX_MISSING_ROWS = 1000

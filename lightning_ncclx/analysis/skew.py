@@ -24,11 +24,9 @@ MAX_CELLS = 2_100_000
 TOP = 5
 
 
-def _percentile(sorted_values: list[int], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    k = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
-    return float(sorted_values[k])
+def _rank_of(n: int, q: float) -> int:
+    """The index of the ``q`` quantile in ``n`` sorted values (nearest rank)."""
+    return min(n - 1, max(0, int(round(q * (n - 1)))))
 
 
 def group_stragglers(group: GroupRef, tracks: Mapping[int, GroupTrack]) -> list[Straggler]:
@@ -62,9 +60,11 @@ def group_stragglers(group: GroupRef, tracks: Mapping[int, GroupTrack]) -> list[
     if not firsts:
         return []
     last_count = Counter(worst_at)
+    n = len(firsts)  # every rank has one value per kept collective
+    at_median, at_p95 = _rank_of(n, 0.5), _rank_of(n, 0.95)
     ranked = []
     for i, r in enumerate(ranks):
         values = sorted(map(sub, compress(columns[i], keep), firsts))
-        ranked.append((-_percentile(values, 0.5), -_percentile(values, 0.95), r, i, len(values)))
+        ranked.append((-values[at_median], -values[at_p95], r, i))
     return [Straggler(group.lib, group.name, group.desc, r, -median / 1e6, -p95 / 1e6, last_count[i] / n, n)
-            for median, p95, r, i, n in nsmallest(TOP, ranked)]
+            for median, p95, r, i in nsmallest(TOP, ranked)]

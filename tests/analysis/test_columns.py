@@ -22,6 +22,47 @@ def test_signature_ids_are_equal_for_equal_signatures_whatever_the_raw_form():
     assert table[ids[0]] == ("all_reduce", ((4,),), ("Float",), ((4,),), ("Float",))
 
 
+def test_signatures_this_process_decoded_before_give_the_same_ids_and_table(monkeypatch):
+    from lightning_ncclx.analysis import columns
+
+    es = [entry(0, i + 1, size=4 << (i % 3)) for i in range(9)]
+    monkeypatch.setattr(columns, "_KNOWN_SIGS", {})
+    cold = sig_columns(es)
+    assert len(columns._KNOWN_SIGS) == 3
+    warm = sig_columns([dict(e) for e in es])  # other objects, same values: answered from what was learned
+    assert cold == warm and list(cold[0]) == [sig_id(canonical_sig(e)) for e in es]
+    assert cold[1] == {sig_id(canonical_sig(e)): canonical_sig(e) for e in es}
+
+
+def test_what_this_process_learns_of_signatures_stays_bounded(monkeypatch):
+    from lightning_ncclx.analysis import columns
+
+    monkeypatch.setattr(columns, "_KNOWN_SIGS", {})
+    monkeypatch.setattr(columns, "_KNOWN_MAX", 4)
+    for size in range(10):
+        sig_columns([entry(0, 1, size=size + 1)])
+        assert 1 <= len(columns._KNOWN_SIGS) <= 4
+    long = dict(entry(0, 1), input_dtypes=["x" * 600])  # a key past _KNOWN_KEY_BYTES is decoded, not kept
+    ids, table = sig_columns([long])
+    assert table[ids[0]][2] == ("x" * columns.NAME_CHARS,) and len(columns._KNOWN_SIGS) <= 4
+    assert not any(len(k) > columns._KNOWN_KEY_BYTES for k in columns._KNOWN_SIGS)
+
+
+def test_an_entry_whose_signature_is_refused_is_refused_again_not_learned(monkeypatch):
+    from lightning_ncclx.analysis import columns
+
+    monkeypatch.setattr(columns, "_KNOWN_SIGS", {})
+    bad = dict(entry(0, 1), input_sizes=[[1, [2]]])  # nests too deep
+    for _ in range(2):
+        try:
+            sig_columns([bad])
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a size nested three levels deep was accepted")
+    assert columns._KNOWN_SIGS == {}
+
+
 def _rooted(op: str, rank: int, root: int, size: int = 4) -> dict:
     e = entry(rank, 1, op=op, size=size)
     if op == "gather" and rank != root:

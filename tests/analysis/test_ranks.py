@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from synth import T0, collectives, dump, entry
 
-from lightning_ncclx.analysis.model import CulpritState, RankContext
+from lightning_ncclx.analysis.model import CulpritState, RankContext, TimelineOp
 from lightning_ncclx.analysis.parse import build_trace
 from lightning_ncclx.analysis.ranks import MAX_MISSING_ROWS, RankStates, culprit_state, rank_rows, timeline
 
@@ -73,6 +73,8 @@ def test_timeline_is_the_newest_ops_across_groups_in_time_order():
     assert [(o.group, o.seq, o.op, o.done) for o in ops] == [
         ("5", 1, "broadcast", False), ("0", 4, "all_reduce", True), ("0", 5, "all_reduce", True)]
     assert [o.time_ns for o in ops] == [T0 + 25, T0 + 30, T0 + 40]
+    assert all(type(o) is TimelineOp and type(o.done) is bool for o in ops)
+    assert ops[0].to_dict() == {"group": "5", "seq": 1, "op": "broadcast", "done": False, "time_ns": T0 + 25}
     assert timeline(9, {"nccl": {0: _trace(0, es)}}) == ()
 
 
