@@ -32,8 +32,9 @@ SLOT_FOLDER = Path(tempfile.gettempdir()) / "lightning-ncclx-test-rank-slots"
 
 def machine_rank_slots(world: int, total_bytes: int | None = None) -> int:
     """Ranks of these jobs that may run at once on this machine, whatever number of pytest
-    processes (of one session or of several at once) start them: half its memory's worth, and
-    at least one job. The same number in every process, so that they share one set of slots."""
+    processes start them (the workers of one test run, or of several runs at once): half its
+    memory's worth, and at least one job. The same number in every process, so that they share
+    one set of slots."""
     if total_bytes is None:
         total_bytes = _meminfo("MemTotal:", 8 << 30)
     return max(world, total_bytes // 2 // RANK_MEMORY_BYTES)
