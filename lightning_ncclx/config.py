@@ -368,9 +368,86 @@ class StragglerConfig:
         _finite_positive(f"{key}.poll_interval_seconds", self.poll_interval_seconds)
 
 
+_ENV_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _env_name(key: str, value: Any) -> None:
+    """``value`` must be the NAME of an environment variable; the value itself is never echoed
+    (a URL or key pasted here by mistake is a secret)."""
+    if value is None:
+        return
+    if not (isinstance(value, str) and value and not value[0].isdigit() and set(value) <= _ENV_NAME_CHARS
+            and len(value) <= 128):
+        raise ConfigError(f"{key} is not valid: expected the name of an environment variable (letters, digits, "
+                          "'_'), not its value: put the secret in that variable")
+
+
+@dataclass(kw_only=True)
+class WebhookAlertConfig:
+    """A JSON webhook (Slack incoming webhooks and similar tools accept it as is)."""
+
+    url_env: str | None = None
+    """Name of the environment variable that holds the webhook URL (the URL is a secret)."""
+
+
+PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
+
+
+@dataclass(kw_only=True)
+class PagerDutyAlertConfig:
+    """PagerDuty Events API v2: trigger on a confirmed hang, resolve with the same dedup key."""
+
+    routing_key_env: str | None = None
+    """Name of the environment variable that holds the integration's routing key."""
+    endpoint: str = PAGERDUTY_EVENTS_URL
+    severity: str = "critical"
+    """critical | error | warning | info."""
+
+
+@dataclass(kw_only=True)
+class AlertsConfig:
+    """Alerts on confirmed hangs, sent by the rank that writes the summary (off by default)."""
+
+    enabled: bool = False
+    webhook: WebhookAlertConfig = field(default_factory=WebhookAlertConfig)
+    pagerduty: PagerDutyAlertConfig = field(default_factory=PagerDutyAlertConfig)
+    command: str | None = None
+    """A local command (split like a shell line, run without a shell) with the alert file's path
+    appended: a site hook."""
+    attempt_timeout_seconds: float = 5.0
+    """Bound on one delivery attempt to one sink."""
+    attempts: int = 3
+    """Tries per sink (backoff 1 s, 2 s, ... between them), within ``deadline_seconds``."""
+    deadline_seconds: float = 20.0
+    """Bound on all of one alert's delivery: also the most it can delay the exit of the summarizing rank."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.alerts"
+        if isinstance(self.webhook, Mapping):
+            self.webhook = WebhookAlertConfig(**self.webhook)
+        if isinstance(self.pagerduty, Mapping):
+            self.pagerduty = PagerDutyAlertConfig(**self.pagerduty)
+        _env_name(f"{key}.webhook.url_env", self.webhook.url_env)
+        _env_name(f"{key}.pagerduty.routing_key_env", self.pagerduty.routing_key_env)
+        _require(isinstance(self.pagerduty.endpoint, str) and self.pagerduty.endpoint.startswith(("https://", "http://")),
+                 f"{key}.pagerduty.endpoint", self.pagerduty.endpoint, "expected an http(s) URL")
+        _require(self.pagerduty.severity in ("critical", "error", "warning", "info"), f"{key}.pagerduty.severity",
+                 self.pagerduty.severity, "expected critical, error, warning or info")
+        _require(self.command is None or (isinstance(self.command, str) and self.command.strip() != ""),
+                 f"{key}.command", self.command, "expected a command line or null")
+        _finite_positive(f"{key}.attempt_timeout_seconds", self.attempt_timeout_seconds)
+        _finite_positive(f"{key}.deadline_seconds", self.deadline_seconds)
+        _require(isinstance(self.attempts, int) and not isinstance(self.attempts, bool) and 1 <= self.attempts <= 10,
+                 f"{key}.attempts", self.attempts, "expected an integer from 1 to 10")
+
+    @property
+    def has_sink(self) -> bool:
+        return bool(self.webhook.url_env or self.pagerduty.routing_key_env or self.command)
+
+
 @dataclass(kw_only=True)
 class NcclxConfig:
-    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog, straggler detection."""
+    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog, straggler detection, alerts."""
 
     backend: str = "auto"
     """``auto`` (nccl on CUDA, gloo on CPU) | ``nccl2`` | ``nccl-legacy`` | ``nccl-lazy`` | ``gloo``."""
@@ -378,6 +455,7 @@ class NcclxConfig:
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def __post_init__(self) -> None:
         _require(
@@ -394,6 +472,8 @@ class NcclxConfig:
             self.watchdog = WatchdogConfig(**self.watchdog)
         if isinstance(self.straggler, Mapping):
             self.straggler = StragglerConfig(**self.straggler)
+        if isinstance(self.alerts, Mapping):
+            self.alerts = AlertsConfig(**self.alerts)
         if self.watchdog.enabled:
             _check_stall_shorter_than_timeout(self.watchdog, self.timeouts)
 
@@ -430,10 +510,10 @@ def ncclx_config_from(value: Any) -> NcclxConfig:
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
     if isinstance(value, Mapping):
-        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog", "straggler"}
+        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog", "straggler", "alerts"}
         if unknown:
             raise ConfigError(f"ncclx has no key(s) {sorted(unknown)}; expected backend, flight_recorder, timeouts, "
-                              "watchdog, straggler")
+                              "watchdog, straggler, alerts")
         try:
             return NcclxConfig(**dict(value))
         except TypeError as err:
