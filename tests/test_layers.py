@@ -18,6 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("report",),
     ("dump",),
     ("events",),
+    ("alerts",),
     ("watchdog", "straggler"),
     ("strategies", "hydra_store"),
     ("registration", "cli", "zero_code", "zero_code_callback", "__init__"),

@@ -24,7 +24,8 @@ def attach_default_watchdog(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | N
             if getattr(callback, "dump_dir", None) is None and dump_dir is not None:
                 callback.dump_dir = dump_dir
             return callback
-    watchdog = StallWatchdog(ncclx.watchdog, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder)
+    watchdog = StallWatchdog(ncclx.watchdog, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder,
+                             alerts=ncclx.alerts)
     trainer.callbacks.append(watchdog)
     return watchdog
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lightning_ncclx.config import FlightRecorderConfig, WatchdogConfig, exit_code_for
+from lightning_ncclx.config import AlertsConfig, FlightRecorderConfig, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.location import resolve_dump_dir
 from lightning_ncclx.dump.p2p_ops import TRACKER as P2P_TRACKER
 from lightning_ncclx.dump.writer import cuda_index
@@ -58,11 +58,13 @@ class StallWatchdog(Callback):
         dump_dir: the run's dump folder; default ``resolve_dump_dir(flight_recorder.dump_dir,
             trainer.default_root_dir)``, resolved in ``setup``.
         flight_recorder: read for ``dump_dir`` and ``stack_traces``.
+        alerts: where the rank that summarizes a confirmed hang sends its alert (default: none).
     """
 
     def __init__(self, config: WatchdogConfig | None = None, *, dump_dir: str | os.PathLike[str] | None = None,
-                 flight_recorder: FlightRecorderConfig | None = None) -> None:
+                 flight_recorder: FlightRecorderConfig | None = None, alerts: AlertsConfig | None = None) -> None:
         self.config = config if config is not None else WatchdogConfig()
+        self.alerts = alerts
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
         self.flight_recorder = flight_recorder if flight_recorder is not None else FlightRecorderConfig()
         self._runtime: WatchdogRuntime | None = None
@@ -90,7 +92,8 @@ class StallWatchdog(Callback):
             return
         try:
             runtime = WatchdogRuntime(self.config, self.resolved_dump_dir(trainer),
-                                      stack_traces=self.flight_recorder.stack_traces)
+                                      stack_traces=self.flight_recorder.stack_traces,
+                                      alerts=getattr(self, "alerts", None))
             runtime.on_dumped = lambda reason: self._record_event(trainer, runtime, reason)
             runtime.cuda_device = cuda_index(getattr(getattr(trainer, "strategy", None), "root_device", None))
             runtime.on_summarized = lambda event, kind, advice: self._record_kind(trainer, event, kind, advice,

@@ -74,6 +74,10 @@ class OpenEvent:
     expected_movers: int = 0
     confirm_at: float = math.inf
     give_up_at: float = math.inf
+    alert_at: float = math.inf
+    """When the initiator sends the trigger alert: once the hang is confirmed (never for a
+    wait that recovers before)."""
+    alerted: bool = False
     exit_order: Outcome | None = None
     next_check: float = 0.0
     checks: int = 0
@@ -119,6 +123,8 @@ class Runtime(Protocol):
     def report_kind(self, event: EventMeta, kind: str | None, advice: dict[str, Any] | None) -> None: ...
     def leave(self, event: EventMeta) -> None: ...
     def exit_job(self, event: EventMeta, exit_code: int) -> None: ...
+    def alert(self, action: str, opened: "OpenEvent", *, exit_code: int | None = None,
+              lasted_seconds: float = 0.0) -> None: ...
 
 
 class EventParticipation:
@@ -153,6 +159,7 @@ class EventParticipation:
             opened.result = rt.summarize(event, folder)
             self._close(opened)
             self._arm_confirmation(opened, exception is not None)
+            self._arm_alert(opened)
         else:
             opened.give_up_at = self._give_up_at(opened)
         self.follow(force=not rt.listening())  # a listening rank hears want and outcome ring: no read now
@@ -232,6 +239,22 @@ class EventParticipation:
         if not opened.exit_job:
             return
         opened.confirm_at = -math.inf if raised else opened.beat_time + self._confirmation_bar()
+
+    def _arm_alert(self, opened: OpenEvent) -> None:
+        """A stall alerts once confirmed (the same bar as ``dump_and_exit``); an exception is
+        confirmed at once; an on-demand dump never alerts."""
+        if opened.event.reason == "exception":
+            self._send_trigger(opened, None if not opened.exit_job else self._exit_code(opened))
+        elif opened.event.reason == "stall":
+            opened.alert_at = opened.beat_time + self._confirmation_bar()
+
+    def _exit_code(self, opened: OpenEvent) -> int:
+        return exit_code_for(opened.result.hang_kind if opened.result is not None else None, self.rt.config)
+
+    def _send_trigger(self, opened: OpenEvent, exit_code: int | None) -> None:
+        if not opened.alerted:
+            opened.alerted = True
+            self.rt.alert("trigger", opened, exit_code=exit_code)
 
     def _give_up_at(self, opened: OpenEvent) -> float:
         config = self.rt.config
@@ -316,6 +339,8 @@ class EventParticipation:
                             exc_info=True)
             self._recovered(opened, lasted)
             return
+        if rt.clock() >= opened.alert_at:
+            self._send_trigger(opened, self._exit_code(opened) if opened.exit_job else None)
         if not opened.exit_job or rt.clock() < opened.confirm_at:
             return
         result = opened.result
@@ -347,6 +372,8 @@ class EventParticipation:
             record_recovery(opened.result, {"recovered": True, "lasted_seconds": round(seconds, 3),
                                             "ranks_moved_on": opened.expected_movers})
         rt.learn_recovery(opened.site, seconds)
+        if opened.alerted:
+            rt.alert("resolve", opened, lasted_seconds=seconds)
 
     def _maybe_exit(self, opened: OpenEvent) -> None:
         """Leave on the initiator's order (or alone, when it never answers) once this rank's own

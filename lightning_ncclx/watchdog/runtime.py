@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lightning_ncclx.config import StallAction, WatchdogConfig
+from lightning_ncclx.alerts import AlertNotifier
+from lightning_ncclx.config import AlertsConfig, StallAction, WatchdogConfig
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.writer import format_stacks
 from lightning_ncclx.events.connection import StoreClient, release_client, shared_client
@@ -67,8 +68,9 @@ class WatchdogRuntime:
 
     def __init__(self, config: WatchdogConfig, dump_dir: Path, *, stack_traces: bool = True,
                  clock: Callable[[], float] = time.monotonic,
-                 exit_fn: Callable[[int], None] | None = None) -> None:
+                 exit_fn: Callable[[int], None] | None = None, alerts: AlertsConfig | None = None) -> None:
         self.config = config
+        self.alerts = AlertNotifier(alerts) if alerts is not None and alerts.enabled and alerts.has_sink else None
         self.dump_dir = Path(dump_dir)
         self.stack_traces = stack_traces
         self.heartbeat = Heartbeat(config, clock=clock)
@@ -85,6 +87,7 @@ class WatchdogRuntime:
         and after an event: another may have followed it)."""
         self.consensus = Consensus(config.consensus, ConsensusBoard(self.client, self.rank, self.world_size),
                                    self.heartbeat, poll_interval_seconds=config.poll_interval_seconds, clock=clock)
+        self.consensus.board.rings_doorbells = self.doorbell is not None
         self.participation = EventParticipation(self)
         self._armed = False
         self._next_arm = 0.0
@@ -176,6 +179,7 @@ class WatchdogRuntime:
 
     def stop(self, timeout_seconds: float | None = None) -> None:
         self._stop.set()
+        self.drain_alerts()
         self._wakeup.uninstall()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_seconds if timeout_seconds is not None else max(2.0, 4 * self.config.poll_interval_seconds))
@@ -238,7 +242,7 @@ class WatchdogRuntime:
                 self._signal_requested = False
                 self._on_demand()
                 return
-            picture = self._consensus_tick()
+            picture = self._consensus_tick(pinged=rung or not self.listening())
             if picture is not None:
                 self._stall_by_consensus(picture)
                 return
@@ -261,11 +265,11 @@ class WatchdogRuntime:
             self._take_part(event)
             self._poll_again = True  # another event may have followed it
 
-    def _consensus_tick(self) -> Picture | None:
+    def _consensus_tick(self, pinged: bool) -> Picture | None:
         if not self.config.consensus.enabled:
             return None
         try:
-            picture = self.consensus.tick()
+            picture = self.consensus.tick(pinged=pinged)
         except Exception:  # noqa: BLE001 - the step threshold still watches this rank
             self._consensus_failures += 1
             if self._consensus_failures in (1, 10, 100) or self._consensus_failures % 1000 == 0:
@@ -282,7 +286,8 @@ class WatchdogRuntime:
             self.heartbeat.mark_reported(beat.seq)
             return
         self.detection = {"by": "consensus", "picture": picture.describe(),
-                          "blocked_ranks": sorted(picture.blocked), "busy_ranks": picture.busy}
+                          "blocked_ranks": sorted(picture.blocked), "busy_ranks": picture.busy,
+                          "silent_ranks": sorted(picture.unanswered)}
         try:
             self._start_event("stall")
         finally:
@@ -400,6 +405,7 @@ class WatchdogRuntime:
                 gather_through_store=self.config.gather_through_store,
                 two_phase=self.config.two_phase_gather(self.world_size),
                 two_phase_peers=self.config.two_phase_gather_peers,
+                silent_ranks=frozenset((self.detection or {}).get("silent_ranks", ())),
             )
         self.results.append(result)
         self.report_kind(event, result.hang_kind, result.restart_advice)
@@ -443,7 +449,26 @@ class WatchdogRuntime:
         self._exiting.set()
         self._stop.set()
         self.leave(event)
+        self.drain_alerts()
         self._exit_fn(exit_code)
+
+    def alert(self, action: str, opened: Any, *, exit_code: int | None = None, lasted_seconds: float = 0.0) -> None:
+        """Send (in the background) the trigger or resolve alert of an event this rank summarized."""
+        notifier, result = self.alerts, opened.result
+        if notifier is None or result is None:
+            return
+        if action == "trigger":
+            notifier.trigger(result.folder, event=opened.event.name, reason=opened.event.reason, exit_code=exit_code)
+        else:
+            notifier.resolve(result.folder, event=opened.event.name, lasted_seconds=lasted_seconds)
+
+    def drain_alerts(self) -> None:
+        """Before this process ends: wait for alerts being sent, at most ``ncclx.alerts.deadline_seconds``."""
+        if self.alerts is not None:
+            try:
+                self.alerts.drain()
+            except Exception:  # noqa: BLE001
+                log.warning("[rank %d] waiting for the alerts failed", self.rank, exc_info=True)
 
     def guard_exit(self) -> None:
         """After the watchdog stopped at the end of a run: bound the process's exit (see

@@ -1,0 +1,118 @@
+"""The alert document: job identity, kind, culprits, group and collective, first advice, restart
+advice, exit status and where the summary is, read from the event's ``summary.json``.
+
+Webhooks get it as is (``text`` is the one-screen headline Slack shows); PagerDuty gets it as
+``custom_details``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Mapping
+
+ALERT_SCHEMA = "lightning-ncclx/alert/1"
+MAX_SUMMARY_BYTES = 64 * 1024 * 1024
+_JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_CLUSTER_NAME", "TORCHELASTIC_RUN_ID", "PBS_JOBID",
+                  "LSB_JOBID")
+TEXT_LIMIT = 3000
+
+
+def read_summary(folder: Path) -> dict[str, Any] | None:
+    """``folder/summary.json`` as a dict; None when absent, too big or not a JSON object."""
+    path = folder / "summary.json"
+    try:
+        if path.stat().st_size > MAX_SUMMARY_BYTES:
+            return None
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _culprit_hosts(summary: Mapping[str, Any], culprits: list[Any]) -> list[str]:
+    hosts = summary.get("hosts") if isinstance(summary.get("hosts"), dict) else {}
+    return sorted({str(hosts[str(r)]) for r in culprits if str(r) in hosts})
+
+
+def job_identity(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {name.lower(): env[name] for name in _JOB_VARIABLES if env.get(name)}
+
+
+def trigger_document(folder: Path, *, event: str, reason: str, exit_code: int | None, dedup_key: str,
+                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a trigger says about the confirmed event whose summary is in ``folder``."""
+    summary = read_summary(folder) or {}
+    incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
+    culprits = [r for r in _list(summary.get("culprit_ranks")) if isinstance(r, int)]
+    group = summary.get("process_group") if isinstance(summary.get("process_group"), dict) else {}
+    advice = [str(a) for a in _list(summary.get("advice"))]
+    restart = summary.get("restart_advice") if isinstance(summary.get("restart_advice"), dict) else {}
+    kind = str(summary.get("hang_kind") or "unknown")
+    headline = str(summary.get("headline") or f"{reason} event {event}: no summary (the analysis did not run); "
+                                                 f"dumps in {folder}")
+    exit_text = f"; the job exits with {exit_code}" if exit_code is not None else "; the job keeps waiting"
+    hosts = _culprit_hosts(summary, culprits)
+    text = (f"lightning-ncclx: hang confirmed ({kind}) in {incident.get('run_id') or folder.parent.name}/{event}"
+            f"{exit_text}\n{headline}"
+            + (f"\nculprit rank(s) {', '.join(map(str, culprits))}" + (f" on {', '.join(hosts)}" if hosts else "")
+               if culprits else "")
+            + (f"\nnext: {advice[0]}" if advice else "")
+            + (f"\nrestart: {restart.get('action')}" if restart.get("action") else "")
+            + f"\nsummary: {folder / 'summary.html'}")
+    return {
+        "schema": ALERT_SCHEMA,
+        "action": "trigger",
+        "dedup_key": dedup_key,
+        "text": text[:TEXT_LIMIT],
+        "event": event,
+        "reason": reason,
+        "kind": kind,
+        "verdict": summary.get("verdict"),
+        "headline": headline,
+        "culprit_ranks": culprits,
+        "culprit_hosts": hosts,
+        "process_group": {k: group.get(k) for k in ("name", "desc", "backend") if k in group} or None,
+        "op": summary.get("op"),
+        "collective_seq_id": summary.get("collective_seq_id"),
+        "advice": advice[0] if advice else None,
+        "restart_advice": {k: restart.get(k) for k in ("action", "reason", "hosts_to_exclude") if k in restart},
+        "exit_code": exit_code,
+        "run_id": incident.get("run_id"),
+        "job": job_identity(environ),
+        "source_host": socket.gethostname(),
+        "folder": str(folder.absolute()),
+        "summary_json": str((folder / "summary.json").absolute()),
+        "summary_html": str((folder / "summary.html").absolute()),
+    }
+
+
+def resolve_document(trigger: Mapping[str, Any], lasted_seconds: float) -> dict[str, Any]:
+    """The resolve of an earlier trigger: same dedup key, event and folder."""
+    event = trigger.get("event")
+    return {
+        "schema": ALERT_SCHEMA,
+        "action": "resolve",
+        "dedup_key": trigger.get("dedup_key"),
+        "text": f"lightning-ncclx: {trigger.get('run_id') or ''}/{event} recovered after {lasted_seconds:.1f} s: "
+                f"every rank moved on (resolves the {trigger.get('kind')} alert)",
+        "event": event,
+        "kind": trigger.get("kind"),
+        "recovered_after_seconds": round(lasted_seconds, 3),
+        "run_id": trigger.get("run_id"),
+        "job": trigger.get("job"),
+        "source_host": trigger.get("source_host"),
+        "folder": trigger.get("folder"),
+        "summary_json": trigger.get("summary_json"),
+        "summary_html": trigger.get("summary_html"),
+    }
+
+
+def dedup_key(run_id: str, event: str) -> str:
+    return f"lightning-ncclx/{run_id}/{event}"
