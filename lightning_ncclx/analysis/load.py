@@ -14,6 +14,7 @@ import gc
 import gzip
 import io
 import json
+import logging
 import os
 import sys
 import zlib
@@ -28,12 +29,15 @@ from lightning_ncclx.analysis.frames import main_thread_activity, main_thread_us
 from lightning_ncclx.analysis.model import Duplicate, LoadedFolder, RankContext, RankTrace, Unreadable
 from lightning_ncclx.analysis.members import MembershipsSent, SharedMemberships
 from lightning_ncclx.analysis.p2p import p2p_from_context
-from lightning_ncclx.analysis.reader_pool import fork_safe, read_isolated
+from lightning_ncclx.analysis.reader_helper import START_S, HelperUnavailable, call_in_helper
+from lightning_ncclx.analysis.reader_pool import deadline_s, fork_safe, read_isolated
 from lightning_ncclx.analysis.parse import MAX_ENTRIES, MAX_RANK, build_trace, parse_pg_config
 from lightning_ncclx.analysis.safe_pickle import safe_loads
 from lightning_ncclx.analysis.safe_read import (DECODE_BUDGET_BYTES, MAX_SIDE_FILE_BYTES, MAX_TRACE_BYTES,
                                                 SNIFF_BYTES, bounded_memory, human_bytes, read_regular)
 from lightning_ncclx.errors import DumpReadError
+
+log = logging.getLogger(__name__)
 
 FILES_PER_WORKER = 12  # below this many files per process, another process costs more than it saves
 MAX_WORKERS = 16
@@ -128,12 +132,28 @@ _SENT = MembershipsSent()
 
 def _read_many(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
     """Read in forked processes (``workers`` of them at most), each file under a deadline (see
-    :mod:`reader_pool`); in this process where forking is unsafe. What comes back per rank is a
+    :mod:`reader_pool`); where this process cannot fork (a training job), the same in a helper
+    process (:mod:`reader_helper`), so no file can hold this one. What comes back per rank is a
     few compact arrays (tens of KiB), never the entries themselves; group memberships are shared
     as they arrive."""
-    tuples = SharedMemberships()
     if not jobs:
         return []
+    if fork_safe():
+        return read_forked(jobs, workers)
+    deadline = START_S + sum(deadline_s(job.path) for job in jobs)
+    try:
+        return call_in_helper(read_forked, (list(jobs), workers), deadline_s=deadline, what=[j.path for j in jobs])
+    except HelperUnavailable as error:
+        log.warning("no helper process to read %d dump(s) in (%s): reading them in this process, without a "
+                    "deadline", len(jobs), error)
+        tuples = SharedMemberships()
+        return [tuples.trace(read_candidate(job)) for job in jobs]
+
+
+def read_forked(jobs: Sequence[Candidate], workers: int) -> list[RankTrace | Unreadable]:
+    """:func:`_read_many` where forking is safe (here, or in the helper process); in this
+    process one file after the other where it is not."""
+    tuples = SharedMemberships()
     if not fork_safe():
         return [tuples.trace(read_candidate(job)) for job in jobs]
     processes = max(1, min(workers, len(jobs) // FILES_PER_WORKER))
