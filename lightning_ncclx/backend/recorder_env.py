@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
-from lightning_ncclx.config import EnvPrecedence, FlightRecorderConfig
+from lightning_ncclx.config import MAX_BUFFER_SIZE, EnvPrecedence, FlightRecorderConfig
 from lightning_ncclx.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,8 +30,11 @@ VARIABLE_ALIASES: dict[str, tuple[str, ...]] = {
 }
 # torch before 2.15 may read only the older TORCH_NCCL_* names of these in its NCCL code: there
 # they are exported too, with the same value. torch 2.15 warns about the old names, so it gets
-# the primary names alone. The buffer size is read as TORCH_FR_BUFFER_SIZE by every torch >= 2.13.
-ALSO_EXPORT_LEGACY = ("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_CPP_STACK")
+# the primary names alone. The buffer size and the C++ stacks are read by the flight recorder
+# itself through one list of names, the new one first (getCvarInt/getCvarBool({"TORCH_FR_...",
+# "TORCH_NCCL_TRACE_..."})), which warns on every rank whenever the old name is set at all: those
+# two get the new name alone on every torch (2.11 on an H200 named TORCH_FR_CPP_STACK in that warning).
+ALSO_EXPORT_LEGACY = ("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE")
 
 
 def torch_reads_legacy_names(torch_version: str) -> bool:
@@ -42,6 +46,8 @@ def torch_reads_legacy_names(torch_version: str) -> bool:
         return True
     return (major, minor) < (2, 15)
 
+_ASCII_INTEGER = re.compile(r"-?[0-9]+")
+"""What C++'s std::stoi and Python's int() both read as the same integer (str.isdigit also takes '²')."""
 _BOOLEAN_VARIABLES = {"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_FR_CPP_STACK", "TORCH_NCCL_ENABLE_TIMING"}
 _CONFIG_KEYS = {
     "TORCH_FR_BUFFER_SIZE": "ncclx.flight_recorder.buffer_size",
@@ -89,11 +95,13 @@ def build_recorder_env(config: FlightRecorderConfig, torch_dump_prefix: Path) ->
 def malformed_reason(variable: str, value: str) -> str | None:
     """Why ``value`` would break torch (hang, crash or raise), or None when it is well-formed."""
     if variable in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
-        text = value.strip()
-        if text != value or not text.lstrip("-").isdigit():
+        if not _ASCII_INTEGER.fullmatch(value):
             return "not an integer (an empty or malformed size makes gloo group creation hang)"
-        if int(text) < 0:
+        if int(value) < 0:
             return "negative (Python treats it as off, C++ as on)"
+        if int(value) > MAX_BUFFER_SIZE:
+            return (f"over {MAX_BUFFER_SIZE}, the largest size torch reads (a C int: a larger one hangs group "
+                    "creation or aborts the process)")
         return None
     canonical = next((k for k, aliases in VARIABLE_ALIASES.items() if variable == k or variable in aliases), variable)
     if canonical in _BOOLEAN_VARIABLES and value.strip().lower() not in ("0", "1", "true", "false", "yes", "no", "y", "n"):
