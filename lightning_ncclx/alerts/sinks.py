@@ -47,9 +47,9 @@ def post_json(url: str, body: Mapping[str, Any], timeout: float, secret: str) ->
     """POST ``body`` as JSON; the HTTP status of a 2xx answer, else :class:`DeliveryError`."""
     if not url.startswith(("https://", "http://")):
         raise DeliveryError("the URL is not http(s)")
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": USER_AGENT})
     try:
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", "User-Agent": USER_AGENT})
         with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - http(s) only, checked above
             answer.read(64 * 1024)
             return int(answer.status)

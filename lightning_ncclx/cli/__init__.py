@@ -11,6 +11,7 @@ Examples::
     lightning-ncclx summarize ~/.cache/torch --format json --output summary.json
     lightning-ncclx history outputs/ /shared/old-runs --format json
     lightning-ncclx doctor
+    lightning-ncclx alerts resend outputs/2026-11-30/ncclx_dumps/stall-001
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def _build_parser() -> argparse.ArgumentParser:
     history.add_argument("--min-count", type=int, default=2,
                          help="incidents a host must be behind to be flagged and listed for --exclude")
 
+    alerts = commands.add_parser("alerts", help="alerts the watchdog kept in event folders")
+    alerts_commands = alerts.add_subparsers(dest="alerts_command", required=True)
+    resend = alerts_commands.add_parser("resend", help="send the alerts (alert-*.json) not yet delivered to "
+                                        "every sink; secrets from the environment variables they name")
+    resend.add_argument("paths", type=Path, nargs="+", help="alert files, event folders or run folders")
+
     doctor = commands.add_parser("doctor", help="report torch/Lightning/NCCL versions and the flight-recorder set-up")
     doctor.add_argument("--json", action="store_true", help="print the set-up check as JSON")
     return parser
@@ -84,6 +91,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from lightning_ncclx.cli.history import run_history
 
         return run_history(args.paths, fmt=args.format, last=args.last, min_count=args.min_count)
+    if args.command == "alerts":
+        from lightning_ncclx.cli.alerts import run_resend
+
+        return run_resend(args.paths)
     if args.command == "doctor":
         from lightning_ncclx.cli.doctor import run_doctor
 

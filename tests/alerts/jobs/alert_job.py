@@ -1,0 +1,39 @@
+"""The watchdog tests' job (``tests/watchdog/jobs/train_job.py``, same arguments) with alerts:
+its ``StallWatchdog`` gets ``AlertsConfig(**json.loads($NCCLX_TEST_ALERTS))``. With
+``$NCCLX_TEST_PAUSE=rank,batch,seconds`` that rank waits that long after that batch (before
+the heartbeat of its end), while the others wait for it in the next step: a wait that ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "watchdog" / "jobs"))
+
+import lightning_ncclx.watchdog as watchdog_package  # noqa: E402
+from lightning_ncclx.config import AlertsConfig  # noqa: E402
+
+import train_job  # noqa: E402
+
+
+class AlertingWatchdog(watchdog_package.StallWatchdog):
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        kwargs["alerts"] = AlertsConfig(**json.loads(os.environ["NCCLX_TEST_ALERTS"]))
+        super().__init__(*args, **kwargs)
+        pause = os.environ.get("NCCLX_TEST_PAUSE")
+        self.pause = tuple(float(x) for x in pause.split(",")) if pause else None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        if self.pause and trainer.global_rank == int(self.pause[0]) and batch_idx == int(self.pause[1]):
+            print(f"[rank {trainer.global_rank}] pausing {self.pause[2]:g} s after batch {batch_idx}", flush=True)
+            time.sleep(self.pause[2])
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+watchdog_package.StallWatchdog = AlertingWatchdog  # train_job imports it when it builds the callbacks
+
+if __name__ == "__main__":
+    sys.exit(train_job.main())

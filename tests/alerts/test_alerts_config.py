@@ -1,0 +1,36 @@
+"""``ncclx.alerts``: off by default, names of environment variables only, never a secret echoed."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_ncclx.config import AlertsConfig, NcclxConfig, ncclx_config_from
+from lightning_ncclx.errors import ConfigError
+
+
+def test_alerts_are_off_by_default_and_build_no_notifier() -> None:
+    config = NcclxConfig().alerts
+    assert not config.enabled and not config.has_sink
+
+
+@pytest.mark.parametrize("value", ["https://hooks.slack.com/services/T000/B000/XXXXsecret", "1ABC", "A-B", ""])
+def test_a_value_where_a_variable_name_belongs_is_refused_without_echoing_it(value: str) -> None:
+    with pytest.raises(ConfigError) as failure:
+        ncclx_config_from({"alerts": {"enabled": True, "webhook": {"url_env": value}}})
+    assert "ncclx.alerts.webhook.url_env" in str(failure.value) and (not value or value not in str(failure.value))
+    with pytest.raises(ConfigError, match="routing_key_env"):
+        AlertsConfig(pagerduty={"routing_key_env": value})
+
+
+@pytest.mark.parametrize(("key", "value"), [("attempts", 0), ("deadline_seconds", 0.0), ("command", " "),
+                                            ("attempt_timeout_seconds", float("inf"))])
+def test_bounds_are_checked(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"ncclx.alerts.{key}"):
+        AlertsConfig(**{key: value})
+
+
+def test_a_mapping_becomes_the_typed_config() -> None:
+    config = ncclx_config_from({"alerts": {"enabled": True, "webhook": {"url_env": "SLACK_URL"},
+                                           "pagerduty": {"routing_key_env": "PD_KEY", "severity": "warning"}}})
+    assert config.alerts.webhook.url_env == "SLACK_URL" and config.alerts.pagerduty.severity == "warning"
+    assert config.alerts.has_sink

@@ -1,0 +1,71 @@
+"""The notifier of one rank: one trigger per event folder, a resolve only after a trigger, the
+alert file written before the first attempt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from alerts.servers import alert_server
+from lightning_ncclx.alerts import AlertNotifier
+from lightning_ncclx.config import AlertsConfig, WebhookAlertConfig
+
+
+def _summary(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "hang_kind": "rank_lost", "headline": "rank 3 is gone", "culprit_ranks": [3], "hosts": {"3": "node-b"},
+        "advice": ["look at node-b's kernel log", "then the rest"], "op": "all_reduce", "collective_seq_id": 9,
+        "restart_advice": {"action": "restart_excluding_hosts", "hosts_to_exclude": ["node-b"]},
+        "process_group": {"name": "0", "desc": "default_pg", "backend": "nccl", "ranks": [0, 1, 2, 3]},
+        "incident": {"run_id": "run-7"}}))
+
+
+def test_one_trigger_per_event_and_its_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "dumps" / "stall-001"
+    _summary(folder)
+    with alert_server(tmp_path / "srv") as server:
+        monkeypatch.setenv("HOOK_URL", server.url("/hook"))
+        notifier = AlertNotifier(AlertsConfig(enabled=True, webhook=WebhookAlertConfig(url_env="HOOK_URL")))
+        notifier.resolve(folder, event="stall-001", lasted_seconds=3.0)  # no trigger yet: nothing
+        notifier.trigger(folder, event="stall-001", reason="stall", exit_code=75)
+        notifier.trigger(folder, event="stall-001", reason="stall", exit_code=75)
+        notifier.drain()
+        notifier.resolve(folder, event="stall-001", lasted_seconds=42.5)
+        notifier.drain()
+        posts = [row["body"] for row in sorted(server.posts(), key=lambda row: row["time"])]
+    assert [p["action"] for p in posts] == ["trigger", "resolve"]
+    trigger, resolve = posts
+    assert trigger["kind"] == "rank_lost" and trigger["culprit_hosts"] == ["node-b"] and trigger["exit_code"] == 75
+    assert trigger["advice"] == "look at node-b's kernel log" and trigger["run_id"] == "run-7"
+    assert trigger["restart_advice"]["hosts_to_exclude"] == ["node-b"]
+    assert trigger["process_group"] == {"name": "0", "desc": "default_pg", "backend": "nccl"}
+    assert "rank 3 is gone" in trigger["text"] and "node-b" in trigger["text"]
+    assert resolve["dedup_key"] == trigger["dedup_key"] and resolve["recovered_after_seconds"] == 42.5
+
+
+def test_an_event_without_summary_still_alerts_with_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "exception-001"
+    folder.mkdir()
+    with alert_server(tmp_path / "srv") as server:
+        monkeypatch.setenv("HOOK_URL", server.url("/hook"))
+        notifier = AlertNotifier(AlertsConfig(enabled=True, webhook=WebhookAlertConfig(url_env="HOOK_URL")))
+        notifier.trigger(folder, event="exception-001", reason="exception", exit_code=None)
+        notifier.drain()
+        (post,) = server.posts()
+    assert post["body"]["kind"] == "unknown" and str(folder) in post["body"]["text"]
+
+
+def test_the_alert_file_is_there_before_delivery_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process killed while sending leaves its alert for ``alerts resend``."""
+    folder = tmp_path / "stall-002"
+    _summary(folder)
+    with alert_server(tmp_path / "srv", "hang") as server:
+        monkeypatch.setenv("HOOK_URL", server.url("/hook"))
+        notifier = AlertNotifier(AlertsConfig(enabled=True, webhook=WebhookAlertConfig(url_env="HOOK_URL"),
+                                              deadline_seconds=30.0, attempt_timeout_seconds=30.0))
+        notifier.trigger(folder, event="stall-002", reason="stall", exit_code=None)
+        kept = json.loads((folder / "alert-trigger.json").read_text())
+    assert kept["sinks"]["webhook"]["state"] == "pending" and kept["document"]["action"] == "trigger"
