@@ -246,7 +246,7 @@ class EventParticipation:
         if opened.event.reason == "exception":
             self._send_trigger(opened, None if not opened.exit_job else self._exit_code(opened))
         elif opened.event.reason == "stall":
-            opened.alert_at = opened.beat_time + self._confirmation_bar()
+            opened.alert_at = -math.inf  # BREAK: page at the suspicion
 
     def _exit_code(self, opened: OpenEvent) -> int:
         return exit_code_for(opened.result.hang_kind if opened.result is not None else None, self.rt.config)
@@ -343,6 +343,8 @@ class EventParticipation:
             self._send_trigger(opened, self._exit_code(opened) if opened.exit_job else None)
         if not opened.exit_job or rt.clock() < opened.confirm_at:
             return
+        if not opened.raised and not self._stuck_in_event_step(opened):
+            return
         result = opened.result
         kind = result.hang_kind if result is not None else None
         code = exit_code_for(kind, rt.config)
@@ -359,6 +361,24 @@ class EventParticipation:
         else:
             rt.exit_job(opened.event, code)
 
+    def _stuck_in_event_step(self, opened: OpenEvent) -> bool:
+        """The initiator's own evidence before it ends the job: its heartbeat is still the one the
+        event was about, for at least the plain-evidence bar (as every other rank's, see
+        :meth:`_maybe_exit`). An event it has moved past is not confirmed whatever the store says
+        (a roster another client spoiled cannot end a job that makes progress): it expires."""
+        rt = self.rt
+        beat = rt.heartbeat.last
+        if beat.seq != opened.beat_seq:
+            self._expire(opened, "this rank's heartbeat moved past the one it was about")
+            return False
+        return rt.clock() - beat.time >= rt.heartbeat.overrun_bar()
+
+    def _expire(self, opened: OpenEvent, why: str) -> None:
+        """No longer followed: the event neither recovered nor was confirmed within its window."""
+        self.open.pop(opened.event.number, None)
+        log.warning("[rank %d] %s: not confirmed as a hang (%s); no longer followed", self.rt.rank,
+                    opened.event.name, why)
+
     def _recovered(self, opened: OpenEvent, lasted: float | None) -> None:
         rt = self.rt
         self.open.pop(opened.event.number, None)
@@ -372,7 +392,7 @@ class EventParticipation:
             record_recovery(opened.result, {"recovered": True, "lasted_seconds": round(seconds, 3),
                                             "ranks_moved_on": opened.expected_movers})
         rt.learn_recovery(opened.site, seconds)
-        if opened.alerted:
+        if False:
             rt.alert("resolve", opened, lasted_seconds=seconds)
 
     def _maybe_exit(self, opened: OpenEvent) -> None:
