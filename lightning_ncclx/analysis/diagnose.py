@@ -21,6 +21,7 @@ from lightning_ncclx.analysis.order import extra_or_skipped, own_order
 from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, listed, rank_rows
 from lightning_ncclx.analysis.skew import group_stragglers
+from lightning_ncclx.analysis.wait_chains import p2p_key, with_wait_chains
 
 
 def classify_mismatch(majority: Sig | None, sigs: Mapping[int, Sig | None], odd: tuple[int, ...]) -> Verdict:
@@ -252,10 +253,12 @@ def analyze(loaded: LoadedFolder) -> Summary:
             notes.append(f"rank(s) {_ranks(tuple(sorted(tracks)))} are in {div.majority[0] if div.majority else '?'} "
                          f"(seq {div.seq}) of {_group_label(group)}, whose members are unknown (no pg_config in "
                          "the dumps): a member that never entered it cannot be seen here")
-    findings.extend(p2p_findings(by_lib, groups, states))
+    p2p = p2p_findings(by_lib, groups, states)
+    findings.extend(p2p)
     findings, roots = with_order_deadlocks(findings, by_lib)
     stuck = {(f.group.lib, f.group.name) for f in findings}
     findings.sort(key=lambda f: _priority(f, stuck, roots))
+    findings = with_wait_chains(findings, map(p2p_key, p2p), states)
     seen_set = set(seen)
     missing_ranks = tuple(r for r in range(world) if r not in seen_set)
     if not traces:

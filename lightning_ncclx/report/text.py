@@ -103,6 +103,7 @@ def render_text(summary: Summary) -> str:
     out.append("")
     out.append(f"ranks seen: {len(d.ranks_seen)}" + (f"; missing: {_ranks(d.ranks_missing)}" if d.ranks_missing else ""))
     out.append(input_tally(d))
+        out.extend(f"  rank {w.rank} waits on rank(s) {_ranks(w.on)}: in {w.op}" for w in d.findings[0].waits)
     out.extend(_location_lines(d))
     if d.findings:
         out.append("findings (likely root cause first):")
@@ -155,6 +156,7 @@ def render_markdown(summary: Summary) -> str:
         out.append("")
     if d.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
+            out += [f"  - rank {w.rank} waits on rank(s) {_ranks(w.on)}: in {w.op}" for w in f.waits]
     out += ["## Ranks", "", "| rank | host | state | detail | location |", "|---|---|---|---|---|"]
     out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | {r.location or '-'} |"
             for r in display_rows(d, 256)]

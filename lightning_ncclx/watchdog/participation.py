@@ -246,7 +246,7 @@ class EventParticipation:
         if opened.event.reason == "exception":
             self._send_trigger(opened, None if not opened.exit_job else self._exit_code(opened))
         elif opened.event.reason == "stall":
-            opened.alert_at = -math.inf  # BREAK: page at the suspicion
+            opened.alert_at = opened.beat_time + self._confirmation_bar()
 
     def _exit_code(self, opened: OpenEvent) -> int:
         return exit_code_for(opened.result.hang_kind if opened.result is not None else None, self.rt.config)
@@ -392,7 +392,7 @@ class EventParticipation:
             record_recovery(opened.result, {"recovered": True, "lasted_seconds": round(seconds, 3),
                                             "ranks_moved_on": opened.expected_movers})
         rt.learn_recovery(opened.site, seconds)
-        if False:
+        if opened.alerted:
             rt.alert("resolve", opened, lasted_seconds=seconds)
 
     def _maybe_exit(self, opened: OpenEvent) -> None:

@@ -74,3 +74,28 @@ def giant_json(path: Path, megabytes: int) -> int:
             fh.write(", ".join(done % (i, i + 1, T0 + i) for i in range(start, min(n - 1, start + 10_000))) + ", ")
         fh.write(pending % (n - 1, n, T0 + n) + "]}")
     return n
+
+
+def p2p_folder(folder: Path, world: int, in_all_reduce: tuple[int, ...],
+               p2p: dict[int, list[tuple[str, int, int]]]) -> Path:
+    """A gloo job of ``world`` ranks after four all_reduces of the default group: the ranks
+    ``in_all_reduce`` wait in the fifth; ``p2p`` lists, per rank, the sends and recvs it has in
+    flight on group 1 (every rank, point-to-point only) as (op, src, dst) in group ranks, as the
+    watchdog writes them to context.json (gloo's recorder keeps none). A rank in neither is outside
+    every collective. Returns ``folder``."""
+    groups = {"0": ("default_pg", list(range(world))), "1": ("pipe", list(range(world)))}
+    for rank in range(world):
+        last = "scheduled" if rank in in_all_reduce else "completed"
+        es = collectives(4, lib="gloo")
+        if rank in in_all_reduce:
+            es = es + collectives(1, lib="gloo", last_state=last, start=5)
+            es[-1]["record_id"] = 4
+        write(folder, f"rank_{rank}.gloo.fr.pkl", dump(es, groups))
+        ops = [{"backend": "gloo", "group": "1", "op": op, "src": src, "dst": dst, "peer": dst if op == "send" else src,
+                "op_id": 20 + i, "sizes": [[4]], "dtype": "float32", "seconds": 3.0}
+               for i, (op, src, dst) in enumerate(p2p.get(rank, ()))]
+        context = {"rank": rank, "world_size": world, "event": "stall-001", "reason": "stall",
+                   "pg_config": {n: {"desc": d, "ranks": r} for n, (d, r) in groups.items()},
+                   "trace_files": [f"rank_{rank}.gloo.fr.pkl"], "p2p_in_flight": ops}
+        (folder / f"rank_{rank}.context.json").write_text(json.dumps(context))
+    return folder

@@ -10,7 +10,7 @@ group, which DDP's gradient all_reduce then meets), ``other_collective`` (all_ga
 all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``stuck_pipeline`` (every step each rank receives from the rank before
-and sends to the next on a gloo group; the fault rank gets stuck before its send), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
+and sends to the next on a gloo group; the fault rank gets stuck before its send), ``pipeline_wrong_peer`` (the same pipeline; the fault rank sends to the rank before instead of the next), ``pipeline_skip_send`` (the same pipeline; the fault rank skips one send and goes on), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
 itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
@@ -57,6 +57,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning_ncclx.config import AutoThresholdConfig, ConsensusConfig, StallAction, WatchdogConfig
 
 FOREVER = 3600.0
+PIPELINE_FAULTS = ("stuck_pipeline", "pipeline_wrong_peer", "pipeline_skip_send")
 
 
 def parse() -> argparse.Namespace:
@@ -227,7 +228,7 @@ class Model(LightningModule):
             fully_shard(self.layer, mesh=mesh)
 
     def setup(self, stage: str) -> None:
-        if dist.is_initialized() and self.args.fault == "stuck_pipeline":
+        if dist.is_initialized() and self.args.fault in PIPELINE_FAULTS:
             self.pipe = dist.new_group(backend="gloo")  # made in setup, after the watchdog started
         if dist.is_initialized():
             self.sub = dist.new_group(backend="gloo")  # faults hit this group: a clean hang under gloo
@@ -249,7 +250,7 @@ class Model(LightningModule):
             open(a.marker, "w").close()
         if faulty and a.fault == "stuck_train":
             time.sleep(FOREVER)
-        if a.fault == "stuck_pipeline" and self.pipe is not None:
+        if a.fault in PIPELINE_FAULTS and self.pipe is not None:
             self.pipeline_stage(faulty)
         if faulty and a.fault == "signal_then_stuck":  # an on-demand dump, then a real stall in the same step
             os.kill(os.getpid(), signal.SIGUSR2)
@@ -285,17 +286,21 @@ class Model(LightningModule):
 
     def pipeline_stage(self, faulty: bool) -> None:
         """Stage r receives its activation from stage r-1 and sends its own on to r+1 (``recv`` on odd
-        ranks, ``irecv().wait()`` on even ones); the faulty stage gets stuck before it sends."""
-        r, world, act = rank(), dist.get_world_size(), torch.ones(4)
+        ranks, ``irecv().wait()`` on even ones); the faulty stage gets stuck before it sends
+        (``stuck_pipeline``), sends to the stage before instead (``pipeline_wrong_peer``) or skips
+        its send (``pipeline_skip_send``)."""
+        r, world, act, fault = rank(), dist.get_world_size(), torch.ones(4), self.args.fault
         if r > 0:
             if r % 2:
                 dist.recv(act, r - 1, group=self.pipe)
             else:
                 dist.irecv(act, r - 1, group=self.pipe).wait()
-        if faulty:
+        if faulty and fault == "stuck_pipeline":
             time.sleep(FOREVER)
+        if faulty and fault == "pipeline_skip_send":
+            return
         if r < world - 1:
-            dist.send(act, r + 1, group=self.pipe)
+            dist.send(act, r - 1 if faulty and fault == "pipeline_wrong_peer" else r + 1, group=self.pipe)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.args.fault == "busy_rank0_hook" and batch_idx == self.args.at_batch and self.sub is not None:
