@@ -339,8 +339,8 @@ class EventParticipation:
                             exc_info=True)
             self._recovered(opened, lasted)
             return
-        if rt.clock() >= opened.alert_at:
-            self._send_trigger(opened, self._exit_code(opened) if opened.exit_job else None)
+        if not opened.exit_job and rt.clock() >= opened.alert_at and rt.heartbeat.last.seq == opened.beat_seq:
+            self._send_trigger(opened, None)  # confirmed by the same bar; the job keeps waiting
         if not opened.exit_job or rt.clock() < opened.confirm_at:
             return
         if not opened.raised and not self._stuck_in_event_step(opened):
@@ -348,6 +348,7 @@ class EventParticipation:
         result = opened.result
         kind = result.hang_kind if result is not None else None
         code = exit_code_for(kind, rt.config)
+        self._send_trigger(opened, code)
         try:
             rt.coordinator.set_outcome(opened.event, Outcome(exit=True, code=code, kind=kind,
                                                              advice=result.restart_advice if result else {}))
