@@ -4,8 +4,10 @@
 (uniform 0.9-1.1 s), every watchdog setting at its default, one rank faulty after ``--at-batch``
 batches, for each strategy (``ddp_ncclx``, ``fsdp_ncclx``, ``fsdp2_ncclx``), fault and job size.
 Faults: a rank stuck in compute (``stuck_train``), in its data loader (``stuck_loader``), a
-skipped collective, a mismatched one (``other_collective``), and a send/recv pipeline whose
-middle stage never sends (``stuck_pipeline``). Under FSDP the stuck ranks' peers wait in FSDP's
+skipped collective, a mismatched one (``other_collective``), a send/recv pipeline whose
+middle stage never sends (``stuck_pipeline``), and a rank whose watchdog cannot run: its main
+thread holds the GIL in a regex (``hold_gil``) or its process is stopped (``freeze``, SIGSTOP);
+``--runs`` repeats each case (p50 and p90 of fault -> summary). Under FSDP the stuck ranks' peers wait in FSDP's
 own all-gathers (the job's own all_reduce is left out for those faults). Measured: seconds from
 the fault (a marker file the faulty rank writes as the fault starts) to the written summary.json;
 which detector started the event (consensus or step threshold); whether the summary names the
@@ -27,7 +29,8 @@ entry completed, so that is every entry); and what the point-to-point hooks on a
 each collective (all_reduce with and without them, interleaved).
 
     python bench/bench_consensus.py detect [--ranks 3,8] [--strategies ddp_ncclx,fsdp_ncclx,fsdp2_ncclx]
-        [--faults stuck_train,stuck_loader,skip_collective,other_collective,stuck_pipeline] [--compare-threshold]
+        [--faults stuck_train,stuck_loader,skip_collective,other_collective,stuck_pipeline,hold_gil,freeze]
+        [--runs 10] [--compare-threshold]
     python bench/bench_consensus.py soak [--minutes 60] [--ranks 4]
     python bench/bench_consensus.py probe [--entries 20000]
 """
@@ -36,9 +39,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,11 +52,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE.parent / "tests" / "watchdog" / "jobs" / "train_job.py"
-FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective", "stuck_pipeline")
+FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective", "stuck_pipeline", "hold_gil", "freeze")
 STRATEGIES = ("ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx")
 EXPECTED_CULPRIT = {"stuck_train": 1, "stuck_loader": 2, "skip_collective": 2, "other_collective": 1,
-                    "stuck_pipeline": 1}
-STRATEGY_WAITS_ONLY = ("stuck_train", "stuck_loader", "stuck_pipeline")
+                    "stuck_pipeline": 1, "hold_gil": 1, "freeze": 2}
+STRATEGY_WAITS_ONLY = ("stuck_train", "stuck_loader", "stuck_pipeline", "hold_gil", "freeze")
 """Faults whose peers should wait in the strategy's own collectives under FSDP (no job all_reduce)."""
 
 
@@ -72,8 +77,7 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     if strategy.startswith("fsdp") and fault in STRATEGY_WAITS_ONLY:
         argv.append("--no-step-collective")
     started = time.monotonic()
-    done = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, text=True, timeout=900,
-                          start_new_session=True)
+    done = _run_job(argv, work)
     ended = time.time()
     summary_path = dump_dir / "stall-001" / "summary.json"
     row = {"ranks": ranks, "strategy": strategy, "fault": fault, "consensus": consensus, "exit": done.returncode,
@@ -90,6 +94,32 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
             "culprit_right": summary.get("culprit_ranks") == [culprit]}
 
 
+def _run_job(argv: list[str], work: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the job in its own session; afterwards kill what is left of it (a stopped rank that the
+    launcher did not reap)."""
+    proc = subprocess.Popen(argv, cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = "", "timed out"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _p(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 def detect(args: argparse.Namespace) -> list[dict]:
     rows = []
     modes = (True, False) if args.compare_threshold else (True,)
@@ -97,12 +127,13 @@ def detect(args: argparse.Namespace) -> list[dict]:
         for ranks in (int(r) for r in args.ranks.split(",")):
             for strategy in args.strategies.split(","):
                 for fault in args.faults.split(","):
-                    for consensus in modes:  # side by side, one after the other
-                        work = Path(tmp) / f"{ranks}-{strategy}-{fault}-{consensus}"
-                        work.mkdir()
-                        row = detect_once(work, ranks, fault, consensus, args.at_batch, strategy)
-                        print(json.dumps(row), flush=True)
-                        rows.append(row)
+                    for run in range(args.runs):
+                        for consensus in modes:  # side by side, one after the other
+                            work = Path(tmp) / f"{ranks}-{strategy}-{fault}-{consensus}-{run}"
+                            work.mkdir()
+                            row = detect_once(work, ranks, fault, consensus, args.at_batch, strategy)
+                            print(json.dumps(row), flush=True)
+                            rows.append(row)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}; steps of 0.9-1.1 s, every watchdog setting at its default")
     print("\n| ranks | strategy | fault | summary after fault (s) | job ended after fault (s), status | detected by | "
@@ -119,6 +150,16 @@ def detect(args: argparse.Namespace) -> list[dict]:
     hangs = [r for r in rows if r["consensus"]]
     met = [r for r in hangs if r.get("culprit_right") and (r.get("summary_after_fault_s") or 1e9) <= args.target_s]
     print(f"\n{len(met)} of {len(hangs)} hangs summarized within {args.target_s:g} s with the right culprit")
+    if args.runs > 1:
+        print("\n| ranks | strategy | fault | runs | right culprit | fault -> summary p50 (s) | p90 (s) | detected by |")
+        print("|---|---|---|---|---|---|---|---|")
+        cases = sorted({(r["ranks"], r["strategy"], r["fault"]) for r in hangs}, key=str)
+        for case in cases:
+            runs = [r for r in hangs if (r["ranks"], r["strategy"], r["fault"]) == case]
+            seconds = [r["summary_after_fault_s"] for r in runs if "summary_after_fault_s" in r]
+            by = sorted({str(r.get("detected_by")) for r in runs})
+            print(f"| {case[0]} | {case[1]} | {case[2]} | {len(runs)} | {sum(1 for r in runs if r.get('culprit_right'))} "
+                  f"| {_p(seconds, 0.5)} | {_p(seconds, 0.9)} | {', '.join(by)} |")
     return rows
 
 
@@ -231,6 +272,7 @@ def main() -> int:
     d.add_argument("--faults", default=",".join(FAULTS))
     d.add_argument("--strategies", default=",".join(STRATEGIES))
     d.add_argument("--compare-threshold", action="store_true", help="each case again with consensus off")
+    d.add_argument("--runs", type=int, default=1, help="runs of each case (p50 and p90 of fault -> summary)")
     d.add_argument("--target-s", type=float, default=10.0)
     d.add_argument("--at-batch", type=int, default=25, help="after the 20-step warm-up of the learned threshold")
     d.add_argument("--json", type=Path, default=None)

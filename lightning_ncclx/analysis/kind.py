@@ -145,13 +145,13 @@ def _not_entered(summary: Summary, head: Finding) -> Classification:
     if states and any(c.state == "in_collective" for c in states):
         inside = next(c for c in states if c.state == "in_collective")
         where = _named(summary, inside.detail.removeprefix("in "))
-        return _diverged(summary, head, f"{where}, while the others wait in {head.op} "
-                         f"(seq {head.seq}) of group {_group_name(head)}: it skipped, added or reordered a collective")
-    return _diverged(summary, head, f"never entered {head.op} (seq {head.seq}) of group {_group_name(head)}")
         if head.op in ("send", "recv"):
             return _diverged(summary, head, f"{where}, while rank(s) {_r(head.waiting_ranks)} wait in {head.op} "
                              f"(p2p {head.seq}) of group {_group_name(head)} for it: it skipped, reordered or "
                              f"misaddressed the {'recv' if head.op == 'send' else 'send'} they wait for")
+        return _diverged(summary, head, f"{where}, while the others wait in {head.op} "
+                         f"(seq {head.seq}) of group {_group_name(head)}: it skipped, added or reordered a collective")
+    return _diverged(summary, head, f"never entered {head.op} (seq {head.seq}) of group {_group_name(head)}")
 
 
 def _diverged(summary: Summary, head: Finding, what: str) -> Classification:

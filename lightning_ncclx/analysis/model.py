@@ -296,6 +296,21 @@ def _lists(sizes: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """A rank blocked on others in a chain of waits that ends at a finding's culprits: in a recv
+    (on its sender), a send (on its receiver) or a collective (on the ranks that never entered it)."""
+
+    rank: int
+    op: str
+    """What it is blocked in: ``recv from rank 1 (p2p 8) of group 1 (ranks 0-2, gloo)``."""
+    on: tuple[int, ...]
+    """The ranks it waits on directly (a culprit, or another rank of the chain)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "in": self.op, "on": list(self.on)}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One thing that went wrong in one process group, at one sequence id."""
 
@@ -312,25 +327,13 @@ class Finding:
     confidence: str = "high"
     time_ns: int = 0
     evidence: tuple[str, ...] = ()
+    waits: tuple[Wait, ...] = ()
+    """The ranks blocked, directly or through others, on this finding's culprits, where the chain
+    runs through a send or recv (:mod:`lightning_ncclx.analysis.wait_chains`)."""
 
     def to_dict(self) -> dict[str, Any]:
         exp = sig_dict(self.expected) or {}
         return {
-@dataclass(frozen=True)
-class Wait:
-    """A rank blocked on others in a chain of waits that ends at a finding's culprits: in a recv
-    (on its sender), a send (on its receiver) or a collective (on the ranks that never entered it)."""
-
-    rank: int
-    op: str
-    """What it is blocked in: ``recv from rank 1 (p2p 8) of group 1 (ranks 0-2, gloo)``."""
-    on: tuple[int, ...]
-    """The ranks it waits on directly (a culprit, or another rank of the chain)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "in": self.op, "on": list(self.on)}
-
-
             "kind": self.kind.value, "ranks": list(self.ranks), "group": self.group.to_dict(),
             "seq": self.seq, "op": self.op,
             "sizes": exp.get("input_sizes"), "dtypes": exp.get("input_dtypes"),
@@ -339,6 +342,7 @@ class Wait:
             "waiting_ranks": list(self.waiting_ranks),
             "culprit_states": [c.to_dict() for c in self.culprit_states],
             "message": self.message, "confidence": self.confidence, "evidence": list(self.evidence),
+            "waits": [w.to_dict() for w in self.waits],
         }
 
 
@@ -348,9 +352,6 @@ class Straggler:
 
     lib: str
     group: str
-    waits: tuple[Wait, ...] = ()
-    """The ranks blocked, directly or through others, on this finding's culprits, where the chain
-    runs through a send or recv (:mod:`lightning_ncclx.analysis.wait_chains`)."""
     desc: str
     rank: int
     median_late_ms: float
@@ -363,7 +364,6 @@ class Straggler:
                 "median_late_ms": round(self.median_late_ms, 3), "p95_late_ms": round(self.p95_late_ms, 3),
                 "last_fraction": round(self.last_fraction, 3), "samples": self.samples}
 
-            "waits": [w.to_dict() for w in self.waits],
 
 class TimelineOp(NamedTuple):
     """One collective of a rank's timeline. A named tuple, not a dataclass: a 16,384-rank summary

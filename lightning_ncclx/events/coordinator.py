@@ -67,6 +67,12 @@ log = logging.getLogger(__name__)
 MAX_SKIPPED_PER_CALL = 64
 """Event numbers a call looks past (closed, stale or planted) before it gives up until the next."""
 MAX_REFUSED_KEPT = 200
+TRIES_AFTER_JUMP = 4
+"""Numbers a call tries one by one after jumping to the end of a run of taken ones."""
+MAX_JUMP = 1 << 40
+"""How far past the last event seen a run of taken numbers is followed (40 reads at most)."""
+SILENT_RANK_GRACE_SECONDS = 1.0
+"""Once every other rank dumped, how much longer a rank the detection found silent is waited for."""
 
 
 def roster_poll_seconds(world_size: int) -> float:
@@ -123,7 +129,9 @@ class EventCoordinator:
     def propose(self, reason: str) -> EventMeta | None:
         """Ask for an event; returns the one agreed on (this rank's, or a concurrent proposer's that is
         still being collected), or None when no number could be taken in this call."""
-        for _ in range(MAX_SKIPPED_PER_CALL):
+        for tried in range(MAX_SKIPPED_PER_CALL + TRIES_AFTER_JUMP):
+            if tried == MAX_SKIPPED_PER_CALL:
+                self._jump_past_taken()
             number = self.last_seen + 1
             mine = EventMeta.new(number, reason, self.rank, self._wall_clock(), self._free_name(reason, number))
             proposal = mine.to_json()
@@ -143,9 +151,32 @@ class EventCoordinator:
                          agreed.name)
                 continue
             return agreed
-        log.warning("[rank %d] no event number free within %d after %d: no dump now", self.rank,
-                    MAX_SKIPPED_PER_CALL, self.last_seen - MAX_SKIPPED_PER_CALL)
+        log.warning("[rank %d] no event number free up to %d: no dump now, trying again at the next poll", self.rank,
+                    self.last_seen)
         return None
+
+    def _taken(self, number: int) -> bool:
+        return self.client.check([meta_key(number)])
+
+    def _jump_past_taken(self) -> None:
+        """``last_seen`` moved to just before the last number of the run of taken numbers that
+        follows it, found in reads logarithmic in the run's length (doubling, then halving): a
+        store client may plant any number of closed events. That last number is then read as
+        usual (an event still being collected there is joined)."""
+        low, step = self.last_seen, 1
+        while step < MAX_JUMP and self._taken(low + step):
+            low, step = low + step, 2 * step
+        high = low + step
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._taken(middle):
+                low = middle
+            else:
+                high = middle
+        if low > self.last_seen:
+            log.warning("[rank %d] event numbers %d to %d are taken (planted values?): looking past them", self.rank,
+                        self.last_seen + 1, low)
+            self.last_seen = low - 1
 
     def _free_name(self, reason: str, number: int) -> str | None:
         from lightning_ncclx.events.keys import event_name
@@ -173,19 +204,22 @@ class EventCoordinator:
         new ones and dump every rank again, over the earlier dump. An event still being
         collected is not stepped past: it may have started before this watchdog first reached
         the store, and this rank's dump belongs to it."""
-        number = self.last_seen
-        while number - self.last_seen < 100_000:
-            meta = self._meta(number + 1)
+        start = self.last_seen
+        for tried in range(MAX_SKIPPED_PER_CALL + TRIES_AFTER_JUMP):
+            if tried == MAX_SKIPPED_PER_CALL:
+                self._jump_past_taken()
+            meta = self._meta(self.last_seen + 1)
             if meta is None or (isinstance(meta, EventMeta) and not self._is_over(meta)):
                 break
-            number += 1
-        self.last_seen = number
-        return number
+            self.last_seen += 1
+        return self.last_seen - start
 
     def poll(self) -> EventMeta | None:
         """The next event another rank started and is still collecting, if any (one non-blocking
         read per event number; events that are over are stepped past)."""
-        for _ in range(MAX_SKIPPED_PER_CALL):
+        for tried in range(MAX_SKIPPED_PER_CALL + TRIES_AFTER_JUMP):
+            if tried == MAX_SKIPPED_PER_CALL:
+                self._jump_past_taken()
             number = self.last_seen + 1
             meta = self._meta(number)
             if meta is None:
@@ -262,16 +296,22 @@ class EventCoordinator:
         return dict(sorted(found.items()))
 
     def wait_for_dumps(self, event: EventMeta, timeout_seconds: float, poll_seconds: float | None = None,
-                       liveness_every_seconds: float = 0.5) -> dict[int, Announcement]:
+                       liveness_every_seconds: float = 0.5,
+                       silent_ranks: frozenset[int] = frozenset()) -> dict[int, Announcement]:
         """Rank -> its announcement, once every rank announced (or is gone: its process exited)
-        or the deadline passed."""
+        or the deadline passed. ``silent_ranks`` (their watchdog could not run when the event was
+        detected) are waited for only ``SILENT_RANK_GRACE_SECONDS`` after every other rank."""
         poll_seconds = roster_poll_seconds(self.world_size) if poll_seconds is None else poll_seconds
         deadline = self._clock() + timeout_seconds
         next_liveness = self._clock()
         while self._clock() < deadline:
-            count = len(self.roster(event, "dumped"))
+            dumped = set(self.roster(event, "dumped"))
+            count = len(dumped)
             if count >= self.world_size:
                 break
+            if silent_ranks and len(dumped | silent_ranks) >= self.world_size:
+                deadline = min(deadline, self._clock() + SILENT_RANK_GRACE_SECONDS)
+                silent_ranks = frozenset()
             if self._clock() >= next_liveness:
                 next_liveness = self._clock() + liveness_every_seconds
                 try:

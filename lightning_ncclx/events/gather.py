@@ -78,9 +78,10 @@ def write_summary_reports(summary: Any, folder: Path, rank: int) -> tuple[dict[s
     return reports, text
 
 
-def _wait(coordinator: EventCoordinator, event: EventMeta, timeout_seconds: float) -> dict[int, Announcement]:
+def _wait(coordinator: EventCoordinator, event: EventMeta, timeout_seconds: float,
+          silent_ranks: frozenset[int] = frozenset()) -> dict[int, Announcement]:
     try:
-        return coordinator.wait_for_dumps(event, timeout_seconds)
+        return coordinator.wait_for_dumps(event, timeout_seconds, silent_ranks=silent_ranks)
     except Exception:  # noqa: BLE001 - the store may be gone (rank 0 died): summarize what is here
         log.warning("[rank %d] waiting for the other ranks' dumps failed", coordinator.rank, exc_info=True)
         return {}
@@ -104,14 +105,15 @@ def _liveness(coordinator: EventCoordinator, result: CollectionResult) -> None:
 
 def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder: Path, *, dump_dir: Path,
                          collect_timeout_seconds: float, gather_through_store: bool, two_phase: bool = False,
-                         two_phase_peers: int = 2) -> CollectionResult:
-    """Everything the initiator does after writing its own dump. Never raises."""
+                         two_phase_peers: int = 2, silent_ranks: frozenset[int] = frozenset()) -> CollectionResult:
+    """Everything the initiator does after writing its own dump. Never raises. ``silent_ranks``:
+    ranks the detection found unable to run their watchdog (waited for only briefly)."""
     rank = coordinator.rank
     result = CollectionResult(event=event, folder=folder, world_size=coordinator.world_size, dumped_ranks=[rank],
                               missing_ranks=[r for r in range(coordinator.world_size) if r != rank])
     try:
         _collect(coordinator, result, dump_dir, collect_timeout_seconds, gather_through_store, two_phase,
-                 two_phase_peers)
+                 two_phase_peers, silent_ranks)
     except Exception:  # noqa: BLE001 - summarize whatever arrived
         log.error("[rank %d] gathering the dumps of %s failed; summarizing what is here", rank, event.name,
                   exc_info=True)
@@ -160,10 +162,11 @@ def _read_in_memory(result: CollectionResult) -> Any:
 
 
 def _collect(coordinator: EventCoordinator, result: CollectionResult, dump_dir: Path, timeout_seconds: float,
-             gather_through_store: bool, two_phase: bool, two_phase_peers: int) -> None:
+             gather_through_store: bool, two_phase: bool, two_phase_peers: int,
+             silent_ranks: frozenset[int] = frozenset()) -> None:
     rank, event = coordinator.rank, result.event
     started = time.monotonic()
-    result.announced = _wait(coordinator, event, timeout_seconds)
+    result.announced = _wait(coordinator, event, timeout_seconds, silent_ranks)
     result.timings["wait"] = time.monotonic() - started
     result.announced.setdefault(rank, Announcement(rank, "unknown-host", (), str(result.folder)))
     result.dumped_ranks = sorted(result.announced)

@@ -100,10 +100,10 @@ def render_text(summary: Summary) -> str:
             host = f" on {d.hosts[c.rank]}" if c.rank in d.hosts else ""
             out.append(f"  rank {c.rank}{host}: {c.detail}" + (f"\n    at {c.location}" if c.location else ""))
         out.extend(f"  {e}" for e in d.findings[0].evidence if e.startswith("deadlock across groups"))
+        out.extend(f"  rank {w.rank} waits on rank(s) {_ranks(w.on)}: in {w.op}" for w in d.findings[0].waits)
     out.append("")
     out.append(f"ranks seen: {len(d.ranks_seen)}" + (f"; missing: {_ranks(d.ranks_missing)}" if d.ranks_missing else ""))
     out.append(input_tally(d))
-        out.extend(f"  rank {w.rank} waits on rank(s) {_ranks(w.on)}: in {w.op}" for w in d.findings[0].waits)
     out.extend(_location_lines(d))
     if d.findings:
         out.append("findings (likely root cause first):")
@@ -153,10 +153,10 @@ def render_markdown(summary: Summary) -> str:
             out += [f"  - rank {c.rank}: {c.state} - {c.detail}" + (f" at {c.location}" if c.location else "")
                     for c in f.culprit_states]
             out += [f"  - {e}" for e in f.evidence]
+            out += [f"  - rank {w.rank} waits on rank(s) {_ranks(w.on)}: in {w.op}" for w in f.waits]
         out.append("")
     if d.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
-            out += [f"  - rank {w.rank} waits on rank(s) {_ranks(w.on)}: in {w.op}" for w in f.waits]
     out += ["## Ranks", "", "| rank | host | state | detail | location |", "|---|---|---|---|---|"]
     out += [f"| {r.rank} | {r.host or '-'} | {r.state} | {r.detail} | {r.location or '-'} |"
             for r in display_rows(d, 256)]

@@ -28,9 +28,19 @@ Rank 0 reads one counter per poll and, once every rank has posted, all notices i
 It declares a hang when at least ``quorum`` of the ranks are blocked and the notices are the same
 at two polls in a row. In steady state nothing is written, and only rank 0 reads (one key).
 
+A rank whose watchdog cannot run (its main thread holds the GIL in native code, its process is
+stopped) posts nothing, and a rank without a notice vetoes. So once a quorum of the ranks is
+blocked and the others are silent, rank 0 *pings* the silent ones (``cs/ping``, their doorbells
+ring): a watchdog that runs answers within a poll (``cs/answer/<r>``), whatever its phase, and
+its silence stays a veto. Ranks that have not answered for ``SILENCE_SECONDS`` count as
+evidence like a notice (:attr:`Picture.unanswered`), confirmed at the next poll as every picture
+is. (Rank 0 cannot ping itself: a rank 0 whose watchdog cannot run is left to the peers' step
+threshold.)
+
 Store keys (under the ``lightning_ncclx/`` prefix, next to the event keys of ``coordinator``):
 ``cs/rank/<r>`` (the notice's JSON, empty when none; deleted when the watchdog stops),
-``cs/posted`` (how many ranks have a notice), ``cs/changes`` (bumped by every post and withdrawal).
+``cs/posted`` (how many ranks have a notice), ``cs/changes`` (bumped by every post and withdrawal),
+``cs/ping`` (rank 0's latest ping number), ``cs/answer/<r>`` (the latest ping rank r answered).
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import math
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from lightning_ncclx.config import ConsensusConfig
@@ -60,6 +71,18 @@ RECOVERY_WAIT_FACTOR = 2.0
 """After a wait at a site recovered by itself, this rank's wait there is at least this many times
 as long as that wait lasted, for the rest of the run."""
 MAX_LEARNED_SITES = 64
+SILENCE_SECONDS = 2.0
+"""A rank without a notice that has not answered a ping for this long (or 4 polls, whichever is
+longer) while a quorum of the others is blocked cannot run its watchdog: evidence, not a veto."""
+MAX_PINGED_RANKS = 64
+"""More silent ranks than this are no rank that stopped: they veto as before (no ping)."""
+
+
+@dataclass(frozen=True)
+class _Ping:
+    number: int
+    sent: float
+    ranks: tuple[int, ...]
 
 
 class Consensus:
@@ -93,6 +116,8 @@ class Consensus:
         run's wait."""
         self._learned: dict[str, float] = {}
         """site -> the wait learnt there from a recovery (see :meth:`learn_recovery`)."""
+        self._ping: _Ping | None = None
+        """Rank 0's outstanding ping of the ranks that posted nothing."""
         self.probes = 0
 
     @property
@@ -106,8 +131,16 @@ class Consensus:
     def stop(self) -> None:
         self.board.stop()
 
-    def tick(self) -> Picture | None:
-        """Update this rank's notice; on rank 0, the picture once it is a confirmed hang."""
+    @property
+    def silence_seconds(self) -> float:
+        return max(SILENCE_SECONDS, 4 * self.poll_interval_seconds)
+
+    def tick(self, pinged: bool = False) -> Picture | None:
+        """Update this rank's notice; on rank 0, the picture once it is a confirmed hang.
+        ``pinged``: this rank's bell rang since the last tick, or it has no doorbell (then every
+        tick looks for a ping to answer)."""
+        if pinged:
+            self.board.answer_ping()
         self._update_notice()
         return self._decide() if self.evaluates else None
 
@@ -191,32 +224,64 @@ class Consensus:
             self.board.post(notice)
 
     # ------------------------------------------------------------------ rank 0's decision
+    def _needed(self) -> int:
+        return max(1, math.ceil(self.config.quorum * self.board.world_size - 1e-9))
+
     def _decide(self) -> Picture | None:
         posted, changes = self.board.counters()
-        if posted < self.board.world_size or changes == self._fired_changes:
+        if posted < self._needed() or changes == self._fired_changes:
             self._pending = None
+            self._ping = None
             return None
         now = self._clock()
         if self._pending is not None and self._pending[0] == changes:
             if now - self._pending[1] < self.poll_interval_seconds * 0.9:
                 return None
-            notices = self.board.read_all()
-            if notices is None:
-                return None
-            picture = Picture(self.board.world_size, notices)
+            picture = self._picture()
             _, changes_after = self.board.counters()
-            if changes_after != changes or not picture.is_hang(self.config.quorum):
+            if picture is None or changes_after != changes or not picture.is_hang(self.config.quorum):
                 self._pending = None
                 return None
             self._fired_changes = changes
             self._pending = None
+            self._ping = None
             return picture
-        notices = self.board.read_all()
-        if notices is not None and Picture(self.board.world_size, notices).is_hang(self.config.quorum):
+        picture = self._picture()
+        if picture is not None and picture.is_hang(self.config.quorum):
             self._pending = (changes, now)
         else:
             self._pending = None
         return None
+
+    def _picture(self) -> Picture | None:
+        """Every notice; where a quorum is blocked and the others posted nothing, with the silent
+        ranks that have not answered a ping for ``silence_seconds``."""
+        notices = self.board.read_all()
+        if notices is None:
+            return None
+        picture = Picture(self.board.world_size, notices)
+        silent = tuple(picture.silent)
+        if not silent or picture.working or len(picture.blocked) < self._needed():
+            self._ping = None
+            return picture
+        unanswered = self._unanswered(silent)
+        return Picture(self.board.world_size, notices, unanswered) if unanswered else picture
+
+    def _unanswered(self, silent: tuple[int, ...]) -> tuple[int, ...]:
+        """``silent`` once none of them answered a ping sent ``silence_seconds`` ago; () meanwhile.
+        This rank (it runs) or too many silent ranks: () and no ping."""
+        if self.board.rank in silent or len(silent) > MAX_PINGED_RANKS:
+            self._ping = None
+            return ()
+        now, ping = self._clock(), self._ping
+        if ping is None or ping.ranks != silent:
+            self._ping = _Ping(self.board.ping(silent), now, silent)
+            return ()
+        if self.board.answered(silent, ping.number):
+            if now - ping.sent >= self.silence_seconds:  # alive then; ask again, it may stop later
+                self._ping = _Ping(self.board.ping(silent), now, silent)
+            return ()
+        return silent if now - ping.sent >= self.silence_seconds else ()
 
 
 def read_main_thread_cpu() -> float | None:

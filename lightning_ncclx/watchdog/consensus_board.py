@@ -9,17 +9,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.wire import BadValue, as_finite, as_int, as_text, json_object
 from lightning_ncclx.watchdog.collective_probe import BlockedIn
 
 POSTED_KEY = "cs/posted"
 CHANGES_KEY = "cs/changes"
+PING_KEY = "cs/ping"
 MAX_NOTICE_BYTES = 64 * 1024
 MAX_BLOCKED_LISTED = 16
 
 
 def notice_key(rank: int) -> str:
     return f"cs/rank/{rank}"
+
+
+def answer_key(rank: int) -> str:
+    """The last ping number rank ``rank``'s watchdog answered."""
+    return f"cs/answer/{rank}"
 
 
 @dataclass(frozen=True, order=True)
@@ -101,6 +108,9 @@ class Picture:
 
     world_size: int
     notices: dict[int, OverrunNotice]
+    unanswered: tuple[int, ...] = ()
+    """Ranks without a notice whose watchdog did not answer rank 0's ping (see ``SILENCE_SECONDS``
+    of :mod:`consensus`): it cannot run (GIL held in native code, process stopped)."""
 
     @property
     def blocked(self) -> dict[int, tuple[BlockedIn | P2PWait, ...]]:
@@ -120,9 +130,10 @@ class Picture:
         return [r for r in range(self.world_size) if r not in self.notices]
 
     def is_hang(self, quorum: float) -> bool:
-        """Every rank posted (a rank in a phase that explains a long wait never does), none is
-        working, and at least ``quorum`` of them wait in a collective or a send/recv."""
-        if self.silent or self.working or self.world_size < 1:
+        """Every rank posted (a rank in a phase that explains a long wait never does) or did not
+        answer a ping (its watchdog cannot run), none is working, and at least ``quorum`` of them
+        wait in a collective or a send/recv."""
+        if set(self.silent) - set(self.unanswered) or self.working or self.world_size < 1:
             return False
         return len(self.blocked) >= max(1, math.ceil(quorum * self.world_size - 1e-9))
 
@@ -138,6 +149,9 @@ class Picture:
             parts.append(f"rank(s) {_ranks(idle)} outside any collective, waiting (step overran by {waited:.1f} s+)")
         if self.working:
             parts.append(f"rank(s) {_ranks(self.working)} outside any collective, working")
+        if self.unanswered:
+            parts.append(f"rank(s) {_ranks(list(self.unanswered))} silent: posted nothing and their watchdog "
+                         "did not answer (GIL held in native code, process stopped, node unreachable)")
         return "; ".join(parts)
 
 
@@ -155,6 +169,10 @@ class ConsensusBoard:
         self.world_size = world_size
         self.posted: OverrunNotice | None = None
         self.posts = 0
+        self.rings_doorbells = False
+        """Set by the owner where every rank listens on its doorbell: a ping rings the bells of
+        the ranks asked (without doorbells every rank reads the ping key at each poll)."""
+        self.answered_ping = 0
 
     def start(self) -> None:
         """An empty notice, so that rank 0 can read every rank's key in one request."""
@@ -179,6 +197,30 @@ class ConsensusBoard:
     def stop(self) -> None:
         self.withdraw()
         self.store.delete_key(notice_key(self.rank))
+        if self.answered_ping:
+            self.store.delete_key(answer_key(self.rank))
+
+    def ping(self, ranks: tuple[int, ...]) -> int:
+        """Rank 0: ask ``ranks`` whether their watchdog runs; the new ping number (set, not
+        added: a value another client planted must not fail the request)."""
+        number = max(0, _as_count(self.store.read(PING_KEY)) or 0) + 1
+        self.store.set(PING_KEY, str(number))
+        if self.rings_doorbells and ranks:
+            ring(self.store, ranks, f"ping:{number}")
+        return number
+
+    def answer_ping(self) -> None:
+        """Any rank, when its bell rang (or at every poll without a doorbell): answer the latest
+        ping. Another client's value is only echoed back (it can hide a silent rank, never invent one)."""
+        number = _as_count(self.store.read(PING_KEY))
+        if number and number != self.answered_ping:
+            self.store.set(answer_key(self.rank), str(number))
+            self.answered_ping = number
+
+    def answered(self, ranks: tuple[int, ...], number: int) -> bool:
+        """True when any of ``ranks`` answered ping ``number`` (or a later one)."""
+        values = self.store.read_many([answer_key(r) for r in ranks])
+        return any((_as_count(raw) or 0) >= number for raw in values if raw is not None)
 
     def counters(self) -> tuple[int, int]:
         """(ranks with a notice, changes so far): two small reads. A counter holding what ``add``

@@ -119,6 +119,7 @@ class WatchdogRuntime:
         self._last_on_demand = -math.inf
         self._on_demand_limit_logged = False
         self._allowance_logged = -1
+        self._stall_logged = -1
         self._clock = clock
         self._thread = threading.Thread(target=self._run, name=f"ncclx-watchdog-rank{self.rank}", daemon=True)
 
@@ -129,11 +130,8 @@ class WatchdogRuntime:
 
     # ------------------------------------------------------------------------------ life cycle
     def start(self) -> None:
-        """Main thread: register with the store (a few requests; a store that cannot be reached
-        within the short connect timeout is retried from the thread), the signal handler and the
-        threads."""
-        with self._event_lock:
-            self._ensure_armed()
+        """Main thread: the signal handler and the threads; no store request (the thread
+        registers with the store first thing, see :meth:`_ensure_armed`)."""
         try:
             observer_hold.install()
         except Exception:  # noqa: BLE001 - a Lightning whose observer looks different: left as it is
@@ -206,14 +204,29 @@ class WatchdogRuntime:
     def running(self) -> bool:
         return self._thread.is_alive() and not self._stop.is_set()
 
+    def keep_signal_armed(self) -> None:
+        """Between steps (main thread) and at every poll (the thread): undo a native library's
+        reset of the on-demand signal to its default action, which would end the process."""
+        try:
+            self._wakeup.keep_armed()
+        except Exception:  # noqa: BLE001 - never into training
+            log.warning("[rank %d] checking the %s handler failed", self.rank, self.config.on_demand_signal,
+                        exc_info=True)
+
     # ------------------------------------------------------------------------------ the thread
     def _run(self) -> None:
+        try:
+            with self._event_lock:
+                self._ensure_armed()
+        except Exception:  # noqa: BLE001 - retried at every tick
+            log.warning("[rank %d] registering with the store failed", self.rank, exc_info=True)
         while not self._stop.is_set():
             self._native.arm(self._starvation_seconds())
             if self._wakeup.wait(self.config.poll_interval_seconds):
                 self._signal_requested = True
             if self._stop.is_set():
                 return
+            self.keep_signal_armed()
             try:
                 self._tick()
             except Exception:  # noqa: BLE001 - e.g. the store went away at the end of the job
@@ -249,21 +262,27 @@ class WatchdogRuntime:
             stall = self.heartbeat.check()
             if stall is None or self._allowed_longer(stall):
                 return
-            self.heartbeat.mark_reported(stall.seq)
-            log.warning("[rank %d] stall: no heartbeat for %.1f s in phase %s (threshold %.1f s, batch %d)",
-                        self.rank, stall.seconds_since_heartbeat, stall.phase.value, stall.threshold_seconds,
-                        stall.step)
+            if self._stall_logged != stall.seq:
+                self._stall_logged = stall.seq
+                log.warning("[rank %d] stall: no heartbeat for %.1f s in phase %s (threshold %.1f s, batch %d)",
+                            self.rank, stall.seconds_since_heartbeat, stall.phase.value, stall.threshold_seconds,
+                            stall.step)
             if self.stall_events >= self.config.max_dumps_per_run:
+                self.heartbeat.mark_reported(stall.seq)
                 log.warning("[rank %d] max_dumps_per_run=%d reached: not dumping", self.rank,
                             self.config.max_dumps_per_run)
                 return
-            self._start_event("stall")
+            if self._start_event("stall"):  # else no event could be taken now: tried again at the next tick
+                self.heartbeat.mark_reported(stall.seq)
 
-    def _start_event(self, reason: str) -> None:
+    def _start_event(self, reason: str) -> bool:
+        """Propose an event and take part in the one agreed on; False when none could be taken."""
         event = self.coordinator.propose(reason)
-        if event is not None:
-            self._take_part(event)
-            self._poll_again = True  # another event may have followed it
+        if event is None:
+            return False
+        self._take_part(event, detected=True)
+        self._poll_again = True  # another event may have followed it
+        return True
 
     def _consensus_tick(self, pinged: bool) -> Picture | None:
         if not self.config.consensus.enabled:
@@ -331,9 +350,12 @@ class WatchdogRuntime:
         self._start_event("on_demand")
 
     # ------------------------------------------------------------------------------ events
-    def _take_part(self, event: EventMeta, exception: str | None = None) -> CollectionResult | None:
-        """Caller holds ``_event_lock``. See :mod:`participation`."""
-        return self.participation.take_part(event, exception)
+    def _take_part(self, event: EventMeta, exception: str | None = None, *,
+                   detected: bool = False) -> CollectionResult | None:
+        """Caller holds ``_event_lock``. ``detected``: this rank started it (a stall it found
+        counts against ``max_dumps_per_run``; one another rank or client started does not). See
+        :mod:`participation`."""
+        return self.participation.take_part(event, exception, detected=detected)
 
     def native_stacks_disarm(self) -> None:
         self._native.disarm()

@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from lightning_ncclx.events.connection import StoreClient
-from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.coordinator import SILENT_RANK_GRACE_SECONDS, EventCoordinator
 from lightning_ncclx.events.gather import CollectionResult, gather_and_summarize, gather_missing
 from lightning_ncclx.events.packing import pack_files, unpack
 from lightning_ncclx.events.wire import Announcement, EventMeta
@@ -90,6 +90,19 @@ def test_wait_for_dumps_names_what_arrived_by_the_deadline(tmp_path: Path) -> No
         announce(rank, event, "host-a", [], tmp_path)
     found = r0.wait_for_dumps(event, timeout_seconds=5.0)
     assert sorted(found) == [0, 2] and clock.now >= 5.0
+
+
+def test_a_rank_found_silent_is_waited_for_only_a_grace_after_the_others(tmp_path: Path) -> None:
+    """The detection found rank 1's watchdog unable to run: once ranks 0 and 2 dumped, rank 1 is
+    waited for ``SILENT_RANK_GRACE_SECONDS`` more, not the whole collection timeout."""
+    clock = FakeClock(0.0)
+    r0, r1, r2 = coordinators(3, clock)
+    event = r0.propose("stall")
+    for rank in (r0, r2):
+        announce(rank, event, "host-a", [], tmp_path)
+    found = r0.wait_for_dumps(event, timeout_seconds=20.0, silent_ranks=frozenset({1}))
+    assert sorted(found) == [0, 2]
+    assert SILENT_RANK_GRACE_SECONDS <= clock.now < SILENT_RANK_GRACE_SECONDS + 1.0
 
 
 def test_files_travel_through_the_store_to_ranks_host(tmp_path: Path) -> None:

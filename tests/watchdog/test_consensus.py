@@ -11,6 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from lightning_ncclx.events.connection import StoreClient
+from lightning_ncclx.events.keys import bell_key
 
 from lightning_ncclx.config import ConfigError, ConsensusConfig, NcclxConfig, WatchdogConfig
 from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_from_status
@@ -69,8 +70,15 @@ class Job:
                       main_thread_site=lambda r=r: self.site[r])
             for r in range(world)
         ]
+        self.frozen: set[int] = set()
+        """Ranks whose watchdog thread cannot run (GIL held, process stopped): never ticked."""
         for detector in self.detectors:
+            detector.board.rings_doorbells = True
             detector.start()
+
+    def rang(self, rank: int) -> bool:
+        """Whether rank's bell rang since the last look (its doorbell thread deletes the key)."""
+        return bool(self.shared.delete_key(bell_key(rank)))
 
     def steps(self, n: int, seconds: float = STEP) -> None:
         for _ in range(n):
@@ -89,9 +97,10 @@ class Job:
         self.clock.advance(POLL)
         for r, share in self.cpu_share.items():
             self._cpu[r] += share * POLL
-        for detector in self.detectors[1:]:
-            assert detector.tick() is None
-        return self.detectors[0].tick()
+        for r, detector in enumerate(self.detectors[1:], start=1):
+            if r not in self.frozen:
+                assert detector.tick(pinged=self.rang(r)) is None
+        return self.detectors[0].tick(pinged=self.rang(0))
 
     def polls_until_hang(self, limit: int = 40) -> tuple[Picture | None, int]:
         for n in range(1, limit + 1):
@@ -225,12 +234,77 @@ def test_every_rank_busy_is_left_to_the_step_threshold() -> None:
     assert int(job.shared.add(POSTED_KEY, 0)) == 3
 
 
-def test_a_silent_rank_leaves_it_to_the_step_threshold() -> None:
+def test_a_rank_whose_watchdog_cannot_run_is_a_hang_once_it_leaves_a_ping_unanswered() -> None:
+    """Rank 1's watchdog thread cannot run (GIL held, process stopped): it posts nothing. Once
+    ranks 0 and 2 are blocked, rank 0 pings it; no answer for the silence, then one confirming
+    poll: a hang that names rank 1 silent."""
     job = Job()
     job.steps(5)
     job.start_step()
     job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
-    job.detectors[1].tick = lambda: None  # its watchdog thread cannot run (GIL held, process frozen)
+    job.frozen.add(1)
+    picture, polls = job.polls_until_hang(limit=30)
+    assert picture is not None and picture.unanswered == (1,) and picture.silent == [1]
+    assert sorted(picture.blocked) == [0, 2] and picture.busy == []
+    silence = job.detectors[0].silence_seconds
+    # notices in the poll after WAIT; the ping then; no answer for the silence; one confirming poll
+    assert polls == int(WAIT / POLL) + 1 + int(silence / POLL) + 1
+    assert "rank(s) 1 silent" in picture.describe()
+    assert job.poll() is None  # one event per picture
+
+
+def test_a_silent_rank_whose_watchdog_answers_vetoes() -> None:
+    """Rank 1 posts nothing (its main thread is in a phase that explains a long wait), yet its
+    watchdog runs and answers every ping: never a hang, however long the others wait."""
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.heartbeats[1].beat(Phase.validation)
+    picture, _ = job.polls_until_hang(limit=40)
+    assert picture is None
+    assert job.detectors[1].board.answered_ping >= 2  # pinged again after each silence, answered each time
+
+
+def test_a_frozen_rank_that_runs_again_answers_and_no_hang_follows() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.heartbeats[1].beat(Phase.validation)
+    job.frozen.add(1)
+    for _ in range(int(WAIT / POLL) + 2):  # the ping is out, not yet answered
+        assert job.poll() is None
+    job.frozen.discard(1)  # its watchdog runs again before the silence ends: it answers
+    picture, _ = job.polls_until_hang(limit=20)
+    assert picture is None
+
+
+def test_without_doorbells_every_rank_answers_pings_at_its_polls() -> None:
+    job = Job()
+    for detector in job.detectors:
+        detector.board.rings_doorbells = False
+    job.rang = lambda rank: True  # no doorbell: each poll looks for a ping
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.heartbeats[1].beat(Phase.validation)
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is None
+    job.frozen.add(1)
+    picture, _ = job.polls_until_hang(limit=30)
+    assert picture is not None and picture.unanswered == (1,)
+
+
+def test_a_planted_answer_only_hides_a_silent_rank() -> None:
+    """Another store client's answer value makes rank 0 take the silent rank for alive (a veto,
+    as before pings existed); it never invents a silent rank."""
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.frozen.add(1)
+    job.shared.set("cs/answer/1", "999999")
     picture, _ = job.polls_until_hang(limit=30)
     assert picture is None
 
@@ -263,7 +337,7 @@ def test_a_notice_is_posted_once_and_reposted_only_when_it_changes() -> None:
     job.steps(5)
     job.start_step()
     job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
-    job.detectors[0].tick = lambda: None  # rank 0 does not decide: only the posts are counted
+    job.detectors[0].tick = lambda pinged=False: None  # rank 0 does not decide: only the posts are counted
     for _ in range(int(WAIT / POLL) + 6):
         job.poll()
     assert int(job.shared.add(CHANGES_KEY, 0)) == 2  # ranks 1 and 2 posted once each

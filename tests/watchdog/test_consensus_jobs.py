@@ -71,6 +71,26 @@ def test_consensus_starts_the_event_and_the_summary_names_the_culprit(
         assert summary["findings"][0]["waiting_ranks"] == [2] and summary["op"] == "recv"  # what rank 2 is in
 
 
+@pytest.mark.parametrize("fault", ["hold_gil", "freeze"])
+def test_a_rank_whose_watchdog_cannot_run_is_found_by_consensus(tmp_path: Path, fault: str) -> None:
+    """Rank 2's main thread holds the GIL in a regex (``hold_gil``) or its process is stopped
+    (``freeze``): its watchdog posts nothing and answers no ping. The others' notices and its
+    silence start the event by consensus, long before the 20 s step threshold, and the summary
+    names rank 2 without waiting the collection timeout for its dump."""
+    result = run_job(tmp_path, *CONSENSUS_JOB, "--fault", fault, "--fault-rank", "2")
+    assert result.returncode in (STALL_EXIT_CODE, -9), result.log[-4000:]  # Lightning may SIGKILL a stopped rank
+    events = result.events()
+    assert [e.name for e in events] == ["stall-001"], result.log[-4000:]
+    detection = _detection(events[0])
+    assert detection.get("by") == "consensus", (detection, result.log[-4000:])
+    assert detection["silent_ranks"] == [2] and sorted(detection["blocked_ranks"]) == [0, 1], detection
+    collection = json.loads((events[0] / "collection.json").read_text())
+    assert collection["missing_ranks"] == [2], collection
+    assert "no dump from rank(s) [2] within" in result.log  # given up on after the grace, not the timeout
+    summary = assert_culprit(events[0], 2, result.log)
+    assert summary["culprit_ranks"] == [2] and summary["verdict"] == "dump_missing", summary["culprit_ranks"]
+
+
 @pytest.mark.parametrize(
     ("fault", "fault_rank"),
     [
