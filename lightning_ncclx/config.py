@@ -16,7 +16,8 @@ Example::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Mapping
 
@@ -53,18 +54,77 @@ class EnvPrecedence(str, Enum):
     """The user's value is kept; the config's differing value is reported and ignored."""
 
 
+MAX_BUFFER_SIZE = 2**31 - 1
+"""torch parses ``TORCH_FR_BUFFER_SIZE`` into a C ``int`` (``std::stoi``; torch 2.13-2.15): from 2**31
+to 2**32 - 1 group creation hangs, above that the process aborts (exit 134). Nothing is reserved up
+front: each recorded collective holds about 0.8 KiB of host memory until the ring is full."""
+MAX_SECONDS = 30 * 24 * 3600.0
+"""Every duration is at most 30 days: a longer one is a typo or means "never" (switch the part off
+instead), and a wait past ``threading.TIMEOUT_MAX`` raises OverflowError on the thread that waits."""
+POLL_SECONDS_MIN = 0.01
+"""Shortest poll interval of a helper thread: a shorter one is a busy loop beside training."""
+MAX_COLLECT_TIMEOUT_SECONDS = 3600.0
+MAX_MULTIPLIER = 1000.0
+MAX_STEP_WINDOW = 10_000
+"""The slowest step is taken over the window at every poll of the watchdog thread."""
+MAX_FILE_NAME_BYTES = 255
+MAX_PATH_BYTES = 4096
+
+
 def _require(condition: bool, key: str, value: Any, why: str) -> None:
     if not condition:
         raise ConfigError(f"{key}={value!r} is not valid: {why}")
 
 
-def _finite_positive(key: str, value: Any) -> None:
-    _require(
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-        key,
-        value,
-        "expected a finite number of seconds greater than 0",
-    )
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _finite_positive(key: str, value: Any, at_most: float = MAX_SECONDS, why: str = "30 days") -> None:
+    _require(_is_number(value) and 0 < value <= at_most, key, value,
+             f"expected a finite number of seconds greater than 0 and at most {at_most:.0f} ({why})")
+
+
+def _poll_seconds(key: str, value: Any, at_most: float, why: str) -> None:
+    _require(_is_number(value) and POLL_SECONDS_MIN <= value <= at_most, key, value,
+             f"expected a number of seconds from {POLL_SECONDS_MIN} (a shorter one is a busy loop beside "
+             f"training) to {at_most:g} ({why})")
+
+
+def _multiplier(key: str, value: Any, why: str) -> None:
+    _require(_is_number(value) and 1.5 <= value <= MAX_MULTIPLIER, key, value,
+             f"expected a number from 1.5 to {MAX_MULTIPLIER:.0f} ({why})")
+
+
+def _check_booleans(config: Any, key: str) -> None:
+    """Every ``bool`` field holds True or False: a string such as 'no' or 'false' would read as true."""
+    for item in fields(config):
+        if item.type in ("bool", bool):
+            value = getattr(config, item.name)
+            _require(isinstance(value, bool), f"{key}.{item.name}", value, "expected true or false")
+
+
+def _sub_config(config_type: type, key: str, value: Any) -> Any:
+    """``value`` as a ``config_type``: itself, or built from a mapping of its field names."""
+    if isinstance(value, config_type):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}={value!r} is not valid: expected a mapping of {config_type.__name__} keys")
+    names = [item.name for item in fields(config_type)]
+    unknown = sorted(str(name) for name in value if name not in names)
+    if unknown:
+        raise ConfigError(f"{key} has no key(s) {unknown}; expected {', '.join(names)}")
+    return config_type(**value)
+
+
+def _name_bytes(value: str) -> int:
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def _plain_name(key: str, value: Any, max_bytes: int, why: str) -> None:
+    """A file name (or file-name prefix): no folder part, no NUL, no blank or padded text."""
+    _require(isinstance(value, str) and value.strip() == value and value not in ("", ".", "..")
+             and "/" not in value and "\0" not in value and _name_bytes(value) <= max_bytes, key, value, why)
 
 
 def _enum(enum_type: type[Enum], key: str, value: Any) -> Any:
@@ -84,7 +144,8 @@ class FlightRecorderConfig:
     """torch's flight recorder, exported as ``TORCH_FR_*``/``TORCH_NCCL_*`` variables on every rank."""
 
     buffer_size: int = 20000
-    """Entries kept per rank and backend (ring buffer). 0 turns the recorder off."""
+    """Entries kept per rank and backend (ring buffer), at most 2**31 - 1 (torch's limit). 0 turns
+    the recorder off."""
     dump_on_timeout: bool = True
     """Let torch's NCCL watchdog write its own dump when a collective times out."""
     stack_traces: bool = True
@@ -103,15 +164,18 @@ class FlightRecorderConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.flight_recorder"
-        _non_negative_int(f"{key}.buffer_size", self.buffer_size)
-        _require(
-            bool(self.torch_dump_prefix) and "/" not in self.torch_dump_prefix,
-            f"{key}.torch_dump_prefix",
-            self.torch_dump_prefix,
-            "expected a non-empty file-name prefix without '/'",
-        )
+        _check_booleans(self, key)
+        _require(isinstance(self.buffer_size, int) and not isinstance(self.buffer_size, bool)
+                 and 0 <= self.buffer_size <= MAX_BUFFER_SIZE, f"{key}.buffer_size", self.buffer_size,
+                 f"expected an integer from 0 to {MAX_BUFFER_SIZE} (torch reads it as a C int: a larger one hangs "
+                 "group creation or aborts the process)")
+        _plain_name(f"{key}.torch_dump_prefix", self.torch_dump_prefix, 200,
+                    "expected a non-empty file-name prefix of at most 200 bytes, without '/', NUL or padding")
         if self.dump_dir is not None:
-            _require(bool(str(self.dump_dir).strip()), f"{key}.dump_dir", self.dump_dir, "expected a folder path or null")
+            path = os.fspath(self.dump_dir) if isinstance(self.dump_dir, (str, os.PathLike)) else None
+            _require(isinstance(path, str) and bool(path.strip()) and "\0" not in path
+                     and _name_bytes(path) <= MAX_PATH_BYTES, f"{key}.dump_dir", self.dump_dir,
+                     f"expected a folder path (no NUL, at most {MAX_PATH_BYTES} bytes) or null")
         self.env_precedence = _enum(EnvPrecedence, f"{key}.env_precedence", self.env_precedence)
 
 
@@ -129,6 +193,7 @@ class TimeoutConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.timeouts"
+        _check_booleans(self, key)
         _finite_positive(f"{key}.init_timeout_seconds", self.init_timeout_seconds)
         _finite_positive(f"{key}.training_timeout_seconds", self.training_timeout_seconds)
         _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
@@ -156,15 +221,12 @@ class AutoThresholdConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.watchdog.auto"
-        _require(
-            isinstance(self.multiplier, (int, float)) and math.isfinite(self.multiplier) and self.multiplier >= 1.5,
-            f"{key}.multiplier",
-            self.multiplier,
-            "expected a number >= 1.5 (a smaller one would flag ordinary step-time jitter)",
-        )
+        _check_booleans(self, key)
+        _multiplier(f"{key}.multiplier", self.multiplier, "a smaller one would flag ordinary step-time jitter")
         _finite_positive(f"{key}.floor_seconds", self.floor_seconds)
         _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
-        _require(isinstance(self.window, int) and self.window >= 1, f"{key}.window", self.window, "expected an integer >= 1")
+        _require(isinstance(self.window, int) and not isinstance(self.window, bool) and 1 <= self.window <= MAX_STEP_WINDOW,
+                 f"{key}.window", self.window, f"expected an integer from 1 to {MAX_STEP_WINDOW}")
 
 
 @dataclass(kw_only=True)
@@ -188,9 +250,8 @@ class ConsensusConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.watchdog.consensus"
-        _require(isinstance(self.multiplier, (int, float)) and not isinstance(self.multiplier, bool)
-                 and math.isfinite(self.multiplier) and self.multiplier >= 1.5, f"{key}.multiplier", self.multiplier,
-                 "expected a number >= 1.5 (a smaller one takes an ordinary slow step for a hang)")
+        _check_booleans(self, key)
+        _multiplier(f"{key}.multiplier", self.multiplier, "a smaller one takes an ordinary slow step for a hang")
         _finite_positive(f"{key}.min_wait_seconds", self.min_wait_seconds)
         _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
         _require(isinstance(self.quorum, (int, float)) and not isinstance(self.quorum, bool)
@@ -267,18 +328,20 @@ class WatchdogConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.watchdog"
-        for name in ("poll_interval_seconds", "first_step_seconds", "train_step_seconds",
-                     "validation_seconds", "checkpoint_seconds", "collect_timeout_seconds"):
+        _check_booleans(self, key)
+        _poll_seconds(f"{key}.poll_interval_seconds", self.poll_interval_seconds, 5.0,
+                      "a longer one notices stalls late and keeps other ranks' dump requests waiting")
+        for name in ("first_step_seconds", "train_step_seconds", "validation_seconds", "checkpoint_seconds"):
             _finite_positive(f"{key}.{name}", getattr(self, name))
+        _finite_positive(f"{key}.collect_timeout_seconds", self.collect_timeout_seconds, MAX_COLLECT_TIMEOUT_SECONDS,
+                         "an hour: the summarizing rank waits this long for missing dumps")
         if self.teardown_seconds is not None:
             _finite_positive(f"{key}.teardown_seconds", self.teardown_seconds)
-        if isinstance(self.auto, Mapping):
-            self.auto = AutoThresholdConfig(**self.auto)
-        if isinstance(self.consensus, Mapping):
-            self.consensus = ConsensusConfig(**self.consensus)
+        self.auto = _sub_config(AutoThresholdConfig, f"{key}.auto", self.auto)
+        self.consensus = _sub_config(ConsensusConfig, f"{key}.consensus", self.consensus)
         self.on_stall = _enum(StallAction, f"{key}.on_stall", self.on_stall)
         _require(
-            isinstance(self.exit_code, int) and 1 <= self.exit_code <= 255,
+            isinstance(self.exit_code, int) and not isinstance(self.exit_code, bool) and 1 <= self.exit_code <= 255,
             f"{key}.exit_code",
             self.exit_code,
             "expected an exit code from 1 to 255",
@@ -289,18 +352,8 @@ class WatchdogConfig:
         _non_negative_int(f"{key}.two_phase_gather_above_ranks", self.two_phase_gather_above_ranks)
         _non_negative_int(f"{key}.two_phase_gather_peers", self.two_phase_gather_peers)
         if self.on_demand_file is not None:
-            _require(
-                isinstance(self.on_demand_file, str) and bool(self.on_demand_file)
-                and "/" not in self.on_demand_file and self.on_demand_file not in (".", ".."),
-                f"{key}.on_demand_file",
-                self.on_demand_file,
-                "expected a plain file name inside the dump folder, or null",
-            )
-        if self.poll_interval_seconds > 5.0:
-            raise ConfigError(
-                f"{key}.poll_interval_seconds={self.poll_interval_seconds} is not valid: expected at most 5 "
-                "seconds, or stalls are noticed late and other ranks' dump requests wait"
-            )
+            _plain_name(f"{key}.on_demand_file", self.on_demand_file, MAX_FILE_NAME_BYTES,
+                        "expected a plain file name inside the dump folder (no '/', NUL or padding), or null")
         if self.on_demand_signal is not None:
             _require(
                 self.on_demand_signal in ("SIGUSR1", "SIGUSR2"),
@@ -320,8 +373,8 @@ def _check_exit_codes(key: str, codes: Any) -> None:
     for kind, code in codes.items():
         _require(kind in HANG_KINDS, f"{key}.{kind}", code,
                  f"unknown hang kind; expected one of {', '.join(HANG_KINDS)}")
-        _require(isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255, f"{key}.{kind}", code,
-                 "expected an exit code from 0 to 255")
+        _require(isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 255, f"{key}.{kind}", code,
+                 "expected an exit code from 1 to 255 (0 would tell a job wrapper that the hung run succeeded)")
 
 
 def exit_code_for(kind: Any, watchdog: WatchdogConfig) -> int:
@@ -357,6 +410,7 @@ class StragglerConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.straggler"
+        _check_booleans(self, key)
         _require(isinstance(self.interval_steps, int) and not isinstance(self.interval_steps, bool)
                  and self.interval_steps >= 2, f"{key}.interval_steps", self.interval_steps,
                  "expected an integer >= 2 (a median over fewer batches is noise)")
@@ -365,7 +419,8 @@ class StragglerConfig:
                  "expected a ratio greater than 1.0 (1.2: 20% slower than the median of the peers)")
         _require(isinstance(self.patience, int) and not isinstance(self.patience, bool) and self.patience >= 1,
                  f"{key}.patience", self.patience, "expected an integer >= 1")
-        _finite_positive(f"{key}.poll_interval_seconds", self.poll_interval_seconds)
+        _poll_seconds(f"{key}.poll_interval_seconds", self.poll_interval_seconds, 60.0,
+                      "a longer one reports stragglers minutes late")
 
 
 _ENV_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -423,10 +478,9 @@ class AlertsConfig:
 
     def __post_init__(self) -> None:
         key = "ncclx.alerts"
-        if isinstance(self.webhook, Mapping):
-            self.webhook = WebhookAlertConfig(**self.webhook)
-        if isinstance(self.pagerduty, Mapping):
-            self.pagerduty = PagerDutyAlertConfig(**self.pagerduty)
+        _check_booleans(self, key)
+        self.webhook = _sub_config(WebhookAlertConfig, f"{key}.webhook", self.webhook)
+        self.pagerduty = _sub_config(PagerDutyAlertConfig, f"{key}.pagerduty", self.pagerduty)
         _env_name(f"{key}.webhook.url_env", self.webhook.url_env)
         _env_name(f"{key}.pagerduty.routing_key_env", self.pagerduty.routing_key_env)
         _require(isinstance(self.pagerduty.endpoint, str) and self.pagerduty.endpoint.startswith(("https://", "http://")),
@@ -464,16 +518,11 @@ class NcclxConfig:
             self.backend,
             f"expected one of {', '.join(BACKEND_CHOICES)}",
         )
-        if isinstance(self.flight_recorder, Mapping):
-            self.flight_recorder = FlightRecorderConfig(**self.flight_recorder)
-        if isinstance(self.timeouts, Mapping):
-            self.timeouts = TimeoutConfig(**self.timeouts)
-        if isinstance(self.watchdog, Mapping):
-            self.watchdog = WatchdogConfig(**self.watchdog)
-        if isinstance(self.straggler, Mapping):
-            self.straggler = StragglerConfig(**self.straggler)
-        if isinstance(self.alerts, Mapping):
-            self.alerts = AlertsConfig(**self.alerts)
+        self.flight_recorder = _sub_config(FlightRecorderConfig, "ncclx.flight_recorder", self.flight_recorder)
+        self.timeouts = _sub_config(TimeoutConfig, "ncclx.timeouts", self.timeouts)
+        self.watchdog = _sub_config(WatchdogConfig, "ncclx.watchdog", self.watchdog)
+        self.straggler = _sub_config(StragglerConfig, "ncclx.straggler", self.straggler)
+        self.alerts = _sub_config(AlertsConfig, "ncclx.alerts", self.alerts)
         if self.watchdog.enabled:
             _check_stall_shorter_than_timeout(self.watchdog, self.timeouts)
 

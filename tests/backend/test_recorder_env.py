@@ -13,8 +13,9 @@ from lightning_ncclx.backend.recorder_env import (
     resolve_recorder_env,
     torch_reads_legacy_names,
 )
-from lightning_ncclx.config import EnvPrecedence, FlightRecorderConfig
+from lightning_ncclx.config import MAX_BUFFER_SIZE, EnvPrecedence, FlightRecorderConfig
 from lightning_ncclx.errors import ConfigError
+from support import PYTHON, clean_env, run_job
 
 PREFIX = Path("/dumps/torch/nccl_trace_rank_")
 
@@ -83,3 +84,44 @@ def test_malformed_variables_names_each_problem() -> None:
     found = malformed_variables({"TORCH_FR_BUFFER_SIZE": "", "TORCH_FR_CPP_STACK": "", "TORCH_NCCL_TRACE_BUFFER_SIZE": "-5"})
     assert set(found) == {"TORCH_FR_BUFFER_SIZE", "TORCH_FR_CPP_STACK", "TORCH_NCCL_TRACE_BUFFER_SIZE"}
     assert "negative" in found["TORCH_NCCL_TRACE_BUFFER_SIZE"]
+
+
+@pytest.mark.parametrize("value", ["2147483648", "4294967296", "99999999999"])
+def test_a_size_past_torchs_c_int_is_refused(value: str) -> None:
+    found = malformed_variables({"TORCH_FR_BUFFER_SIZE": value})
+    assert "over 2147483647, the largest size torch reads" in found["TORCH_FR_BUFFER_SIZE"]
+    with pytest.raises(ConfigError, match=rf"TORCH_FR_BUFFER_SIZE='{value}' .* over 2147483647"):
+        resolve_recorder_env({"TORCH_FR_BUFFER_SIZE": "20000"}, EnvPrecedence.environment, {"TORCH_FR_BUFFER_SIZE": value})
+
+
+def test_a_non_ascii_digit_is_not_an_integer() -> None:
+    # str.isdigit() takes '²' and int() then raises: the check must say why, not raise.
+    assert "not an integer" in malformed_variables({"TORCH_NCCL_TRACE_BUFFER_SIZE": "²"})["TORCH_NCCL_TRACE_BUFFER_SIZE"]
+    assert malformed_variables({"TORCH_FR_BUFFER_SIZE": str(MAX_BUFFER_SIZE)}) == {}
+
+
+GLOO_WITH_ONE_ALL_REDUCE = """
+import torch, torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, 1, True)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+dist.all_reduce(torch.ones(2))
+dist.destroy_process_group()
+print("trained")
+"""
+
+
+def test_torch_takes_the_largest_size_the_config_accepts(tmp_path: Path) -> None:
+    """The cap is not above torch's limit: the largest accepted size creates a gloo group and runs
+    a collective (2**31 hangs group creation, larger sizes abort: see MAX_BUFFER_SIZE)."""
+    result = run_job([PYTHON, "-c", GLOO_WITH_ONE_ALL_REDUCE], env=clean_env({"TORCH_FR_BUFFER_SIZE": str(MAX_BUFFER_SIZE)}),
+                     cwd=tmp_path, timeout=120)
+    assert result.returncode == 0 and "trained" in result.output, result.tail()
+
+
+def test_doctor_flags_sizes_torch_cannot_read_without_a_traceback() -> None:
+    env = clean_env({"TORCH_FR_BUFFER_SIZE": "2147483648", "TORCH_NCCL_TRACE_BUFFER_SIZE": "²"})
+    result = run_job([PYTHON, "-m", "lightning_ncclx.cli", "doctor", "--json"], env=env, timeout=120)
+    assert result.returncode == 1, result.tail()
+    assert "over 2147483647, the largest size torch reads" in result.output
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in result.output and "not an integer" in result.output
+    assert "Traceback" not in result.output

@@ -44,6 +44,16 @@ def test_bad_ncclx_value_ends_with_one_line_and_exit_code_2(tmp_path: Path) -> N
     assert "Traceback" not in result.output
 
 
+def test_a_buffer_size_past_torchs_limit_ends_with_one_line_not_a_hang(tmp_path: Path) -> None:
+    """torch reads the size as a C int: 2**31 would hang group creation without a word."""
+    result = recipe("train_fsdp", tmp_path / "run", "trainer=cpu", "ncclx.flight_recorder.buffer_size=2147483648",
+                    timeout=60)
+    assert result.returncode == 2, result.tail()
+    assert ("error: ncclx.flight_recorder.buffer_size=2147483648 is not valid: expected an integer from 0 to "
+            "2147483647") in result.output
+    assert "Traceback" not in result.output
+
+
 def test_wrong_type_fails_at_compose_time_with_hydras_message(tmp_path: Path) -> None:
     result = recipe("train_fsdp", tmp_path / "run", "ncclx.flight_recorder.buffer_size=abc", timeout=60)
     assert result.returncode == 1
