@@ -79,6 +79,8 @@ class OpenEvent:
     wait that recovers before)."""
     alerted: bool = False
     exit_order: Outcome | None = None
+    counted: bool = False
+    """The event counts against this rank's ``max_dumps_per_run`` (this rank detected the stall)."""
     next_check: float = 0.0
     checks: int = 0
     notes: list[str] = field(default_factory=list)
@@ -136,14 +138,16 @@ class EventParticipation:
         self.recovered_events = 0
 
     # ------------------------------------------------------------------ taking part
-    def take_part(self, event: EventMeta, exception: str | None = None) -> CollectionResult | None:
+    def take_part(self, event: EventMeta, exception: str | None = None, *,
+                  detected: bool = False) -> CollectionResult | None:
         """Dump this rank into the event's folder; the initiator then collects and summarizes.
-        Caller holds the runtime's event lock."""
+        ``detected``: this rank started the event (only then does a stall count against its
+        ``max_dumps_per_run``). Caller holds the runtime's event lock."""
         rt = self.rt
         initiator = event.initiator == rt.rank
         beat = rt.heartbeat.last
         rt.native_stacks_disarm()
-        self._count(event)
+        counted = self._count(event, detected)
         folder = rt.dump_dir / event.name
         files = self._write_dump(event, folder, initiator, exception)
         two_phase = rt.config.two_phase_gather(rt.world_size)
@@ -152,26 +156,29 @@ class EventParticipation:
         rt.notify_dumped(event.reason)
         exit_job = event.reason in ("stall", "exception") and rt.config.on_stall is StallAction.dump_and_exit
         opened = OpenEvent(event, initiator, beat.seq, beat.time, exit_job, files, site=rt.site_now(),
-                           raised=exception is not None, awaiting_want=two_phase and not initiator)
+                           raised=exception is not None, awaiting_want=two_phase and not initiator, counted=counted)
         if opened.pending:
             self.open[event.number] = opened
+        opened.give_up_at = self._give_up_at(opened)
         if initiator:
             opened.result = rt.summarize(event, folder)
             self._close(opened)
             self._arm_confirmation(opened, exception is not None)
             self._arm_alert(opened)
-        else:
-            opened.give_up_at = self._give_up_at(opened)
         self.follow(force=not rt.listening())  # a listening rank hears want and outcome ring: no read now
         return opened.result
 
-    def _count(self, event: EventMeta) -> None:
+    def _count(self, event: EventMeta, detected: bool) -> bool:
+        """True when the event counts against ``max_dumps_per_run``."""
         rt = self.rt
-        if event.reason == "stall":
-            rt.heartbeat.mark_reported()  # this stall is being handled: no second alarm for it
-            rt.stall_events += 1
         if event.reason == "on_demand":
             rt.note_on_demand()
+        if event.reason != "stall":
+            return False
+        rt.heartbeat.mark_reported()  # this stall is being handled: no second alarm for it
+        if detected:
+            rt.stall_events += 1
+        return detected
 
     def _write_dump(self, event: EventMeta, folder: Path, initiator: bool, exception: str | None) -> list[Path]:
         rt = self.rt
@@ -283,6 +290,9 @@ class EventParticipation:
     def _follow_one(self, opened: OpenEvent, rung: bool) -> None:
         rt = self.rt
         beat = rt.heartbeat.last
+        if rt.clock() >= opened.give_up_at and not (opened.exit_job and (opened.raised or beat.seq == opened.beat_seq)):
+            self._expire(opened, "neither recovered nor confirmed within its window")  # a stuck rank's exit is below
+            return
         if (opened.may_recover and not opened.moved_reported and beat.seq != opened.beat_seq
                 and beat.phase is not Phase.idle):
             rt.coordinator.join_roster(opened.event, "moved")
@@ -384,8 +394,9 @@ class EventParticipation:
         rt = self.rt
         self.open.pop(opened.event.number, None)
         self.recovered_events += 1
-        if opened.event.reason == "stall":
+        if opened.counted:
             rt.stall_events = max(0, rt.stall_events - 1)
+        if opened.event.reason == "stall":
             rt.heartbeat.forget_stall(opened.beat_seq)
         seconds = lasted if lasted is not None else max(0.0, rt.clock() - opened.beat_time)
         log.warning("[rank %d] %s recovered after %.1f s: not a hang", rt.rank, opened.event.name, seconds)
