@@ -51,13 +51,24 @@ def _attempts(sink: Sink, document: Mapping[str, Any], path: Path, policy: Polic
 def deliver(path: Path, document: Mapping[str, Any], sinks: list[Sink], entries: dict[str, dict[str, Any]],
             policy: Policy) -> list[str]:
     """Send ``document`` to every sink (``entries``: their records in the alert file, updated in
-    place); returns the names of the sinks that did not take it within the deadline."""
+    place); returns the names of the sinks that did not take it within the deadline. The file is
+    written again as each sink finishes: a process killed meanwhile leaves what was done."""
     deadline = time.monotonic() + policy.deadline_seconds
     threads = []
+    lock = threading.Lock()
+
+    def attempts_then_record(sink: Sink, entry: dict[str, Any]) -> None:
+        _attempts(sink, document, path, policy, deadline, entry)
+        with lock:
+            try:
+                write_alert(path, document, entries)
+            except OSError:
+                log.warning("recording the alert's delivery in %s failed", path, exc_info=True)
+
     for sink in sinks:
         entry = entries.setdefault(sink.name, {"settings": sink.settings()})
         entry.setdefault("state", "pending")
-        thread = threading.Thread(target=_attempts, args=(sink, document, path, policy, deadline, entry),
+        thread = threading.Thread(target=attempts_then_record, args=(sink, entry),
                                   name=f"ncclx-alert-{sink.name}", daemon=True)
         thread.start()
         threads.append(thread)
@@ -70,7 +81,8 @@ def deliver(path: Path, document: Mapping[str, Any], sinks: list[Sink], entries:
         if entry["state"] != "sent" and not entry.get("error"):
             entry["error"] = f"no answer within the {policy.deadline_seconds:g} s deadline"
     try:
-        write_alert(path, document, record)
+        with lock:
+            write_alert(path, document, record)
     except OSError:
         log.warning("recording the alert's delivery in %s failed", path, exc_info=True)
     failed = [name for name, entry in record.items() if entry["state"] != "sent"]

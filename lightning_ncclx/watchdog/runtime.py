@@ -470,8 +470,8 @@ class WatchdogRuntime:
         log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name, exit_code)
         self._exiting.set()
         self._stop.set()
+        self.drain_alerts()  # before leaving: the others' exit (and a launcher's kill) follows that
         self.leave(event)
-        self.drain_alerts()
         self._exit_fn(exit_code)
 
     def alert(self, action: str, opened: Any, *, exit_code: int | None = None, lasted_seconds: float = 0.0) -> None:
