@@ -11,6 +11,7 @@ Examples::
     lightning-ncclx summarize ~/.cache/torch --format json --output summary.json
     lightning-ncclx history outputs/ /shared/old-runs --format json
     lightning-ncclx doctor
+    lightning-ncclx dump outputs/2026-11-30/ncclx_dumps
     lightning-ncclx alerts resend outputs/2026-11-30/ncclx_dumps/stall-001
 """
 
@@ -58,6 +59,15 @@ def _build_parser() -> argparse.ArgumentParser:
                                         "every sink; secrets from the environment variables they name")
     resend.add_argument("paths", type=Path, nargs="+", help="alert files, event folders or run folders")
 
+    dump = commands.add_parser(
+        "dump", help="make every rank of a running job dump now (on-demand, no signal): writes the request "
+        "file into its dump folder and waits until the job takes it")
+    dump.add_argument("path", type=Path, help="the run's folder (searched for a running job's dump folder) or "
+                      "the dump folder itself")
+    dump.add_argument("--file", default="DUMP_NOW", help="the request file's name (the job's on_demand_file)")
+    dump.add_argument("--wait", type=float, default=15.0, help="seconds to wait until the job takes the request "
+                      "(0: write it and return)")
+
     doctor = commands.add_parser("doctor", help="report torch/Lightning/NCCL versions and the flight-recorder set-up")
     doctor.add_argument("--json", action="store_true", help="print the set-up check as JSON")
     return parser
@@ -95,6 +105,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from lightning_ncclx.cli.alerts import run_resend
 
         return run_resend(args.paths)
+    if args.command == "dump":
+        from lightning_ncclx.cli.dump import run_dump
+
+        return run_dump(args.path, name=args.file, wait_seconds=args.wait)
     if args.command == "doctor":
         from lightning_ncclx.cli.doctor import run_doctor
 

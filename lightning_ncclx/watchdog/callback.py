@@ -171,9 +171,14 @@ class StallWatchdog(Callback):
         if self._runtime is not None:
             self._runtime.heartbeat.sanity_check(False)
 
+    def _keep_signal_armed(self) -> None:
+        if self._runtime is not None:
+            self._runtime.keep_signal_armed()
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self._runtime is not None:
             P2P_TRACKER.attach()
+            self._runtime.keep_signal_armed()  # after process-group set-up and the first collectives
         self._beat(Phase.setup if self._batches() == 0 else Phase.train_step, trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -190,6 +195,7 @@ class StallWatchdog(Callback):
         runtime = self._runtime
         if runtime is not None:
             runtime.heartbeat.train_batch_end(_global_step(trainer))
+            runtime.keep_signal_armed()
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         # Epoch-end work (metric syncs, EarlyStopping, checkpoint callbacks) runs collectives that
@@ -212,6 +218,7 @@ class StallWatchdog(Callback):
     def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         self._beat(Phase.validation, trainer)
+        self._keep_signal_armed()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         # Inside fit the phase stays validation after the loop's end hooks (the module's
@@ -229,6 +236,7 @@ class StallWatchdog(Callback):
     def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._beat(Phase.validation, trainer)
+        self._keep_signal_armed()
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         self._beat(Phase.teardown, trainer)
@@ -240,6 +248,7 @@ class StallWatchdog(Callback):
     def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._beat(Phase.validation, trainer)
+        self._keep_signal_armed()
 
     def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
         self._beat(Phase.teardown, trainer)

@@ -12,6 +12,10 @@ What was there before is what is there after, and keeps working meanwhile:
 - a handler set in C (``faulthandler.register(SIGUSR2)``, a native library), which Python's
   table does not show and ``signal.signal`` could not put back, is left alone: the signal then
   is not a dump trigger in this process (the trigger file still is);
+- native code that later resets the signal to its default action, which ends the process
+  (``torch._C._set_print_stack_traces_on_fatal_signal(False)`` puts back the SIG_DFL that c10's
+  handler found), is undone: :meth:`SignalWakeup.keep_armed`, called between steps and at every
+  watchdog poll, puts the watchdog's handler (back) and logs it once;
 - a handler installed after the watchdog's, in Python or in C, stays when the watchdog stops;
 - the wakeup fd is taken only when none is set (an asyncio loop's stays), and given back only
   while it is still the watchdog's (see :mod:`process_signals`).
@@ -49,6 +53,12 @@ class SignalWakeup:
         """The signal's number while this object's handler is installed and in use."""
         self._previous: Any = None
         self._kernel_before: KernelAction | None = None
+        self._python_action: KernelAction | None = None
+        """The kernel's action once the watchdog's handler is installed (Python's C handler)."""
+        self._left_to_native = False
+        """A handler set outside Python held the signal at install: left alone until it goes."""
+        self._reset_logged = False
+        self._lock = threading.Lock()
         self._python_handler_address: int | None = None
         """The kernel's handler once the watchdog's is installed: Python's C function, the same for every signal."""
         self._read_fd: int | None = None
@@ -70,9 +80,12 @@ class SignalWakeup:
         if self.signal_name is None or threading.current_thread() is not threading.main_thread():
             return
         number = getattr(signal, self.signal_name)
-        if not self._take_signal(number):
-            return
-        self._number = number
+        if self._take_signal(number):
+            self._arm(number)
+
+    def _arm(self, number: int) -> None:
+        with self._lock:
+            self._number = number
         try:
             self._owns_wakeup_fd = take_wakeup_fd(self._write_fd)
         except (ValueError, OSError):
@@ -100,12 +113,60 @@ class SignalWakeup:
             self._leave_alone()
             return False
         self._kernel_before = before
+        self._python_action = after
         self._python_handler_address = after.handler if after is not None else None
+        self._left_to_native = False
         return True
 
     def _leave_alone(self) -> None:
+        self._left_to_native = True
         log.warning("%s has a handler set outside Python (faulthandler.register or a native library): it is "
-                    "left in place, and %s does not start a dump in this process (the on-demand file does)",
+                    "left in place, and %s does not start a dump in this process; `lightning-ncclx dump <dump "
+                    "folder>` or the on-demand file does (and %s does again if that handler is removed later)",
+                    self.signal_name, self.signal_name, self.signal_name)
+
+    def keep_armed(self) -> None:
+        """Cheap (one ``sigaction`` read), from any thread. Where the signal's action is back at
+        its default, which ends the process, because native code reset it after the watchdog's
+        handler went in, put that handler back (any thread: the kernel's action alone is
+        rewritten, Python's table still names it). Where a native handler held the signal at
+        install and has gone since, take the signal now (main thread only: Python's rule)."""
+        if self.signal_name is None or (self._number is None and not self._left_to_native):
+            return
+        number = getattr(signal, self.signal_name)
+        now = read_action(number)
+        if now is None or now.handler != int(signal.SIG_DFL):
+            return
+        if self._number is not None:
+            self._put_back(number)
+        elif threading.current_thread() is threading.main_thread() and signal.getsignal(number) in (signal.SIG_DFL, None):
+            self._take_after_native(number)
+
+    def _put_back(self, number: int) -> None:
+        with self._lock:
+            if self._number is None or self._python_action is None:
+                return
+            if signal.getsignal(number) is not self._installed_handler:
+                return  # Python code chose another handler (SIG_DFL included): its choice stands
+            if not write_action(number, self._python_action):
+                return
+        if not self._reset_logged:
+            self._reset_logged = True
+            log.warning("%s was reset to its default action (which ends the process) outside Python after the "
+                        "watchdog's handler was installed (a native library): the handler is put back, and %s "
+                        "starts a dump", self.signal_name, self.signal_name)
+
+    def _take_after_native(self, number: int) -> None:
+        self._kernel_before = read_action(number)
+        self._previous = signal.signal(number, self._installed_handler)
+        if self._previous is None:  # set outside Python at start-up: SIG_DFL is what stood there now
+            self._previous = signal.SIG_DFL
+        self._left_to_native = False
+        self._python_action = read_action(number)
+        self._python_handler_address = self._python_action.handler if self._python_action is not None else None
+        self._arm(number)
+        log.warning("the handler set outside Python for %s was removed, leaving the default action (which ends "
+                    "the process): the watchdog's handler is installed, and %s starts a dump",
                     self.signal_name, self.signal_name)
 
     def uninstall(self) -> None:
@@ -118,9 +179,11 @@ class SignalWakeup:
                 except (ValueError, OSError):
                     log.warning("giving back the signal wakeup fd failed", exc_info=True)
                 self._owns_wakeup_fd = False
-            if self._number is not None:
-                self._give_back_signal(self._number)
-                self._number = None
+            with self._lock:
+                if self._number is not None:
+                    self._give_back_signal(self._number)
+                    self._number = None
+            self._left_to_native = False
         self.wake()
 
     def _give_back_signal(self, number: int) -> None:
