@@ -36,10 +36,10 @@ class StallAction(str, Enum):
 
 
 HANG_KINDS = ("program_divergence", "argument_mismatch", "stuck_outside_collective", "rank_lost",
-              "collective_stalled", "teardown", "unknown", "no_hang")
+              "collective_stalled", "program_stalled", "teardown", "unknown", "no_hang")
 """The values of :class:`lightning_ncclx.analysis.kind.HangKind` (kept here: config imports no analysis)."""
 
-DEFAULT_EXIT_CODES = {"program_divergence": 76, "argument_mismatch": 76, "teardown": 76,
+DEFAULT_EXIT_CODES = {"program_divergence": 76, "argument_mismatch": 76, "teardown": 76, "program_stalled": 76,
                       "stuck_outside_collective": 75, "rank_lost": 75, "collective_stalled": 75, "unknown": 75}
 """Kinds a restart cannot fix (the program must change; or training had ended) end with 76, the
 others with 75 (EX_TEMPFAIL: worth a restart)."""

@@ -28,9 +28,17 @@ def _hang(folder: Path) -> Path:
     return folder
 
 
-def test_no_hang_exits_0(capsys):
-    assert main(["summarize", str(DATA)]) == 0
+def test_no_hang_exits_0(tmp_path, capsys):
+    (tmp_path / "rank_0.pkl").write_bytes((DATA / "ws1_2000_entries.pkl").read_bytes())  # 2,000 finished ops
+    assert main(["summarize", str(tmp_path)]) == 0
     assert "NO HANG FOUND" in capsys.readouterr().out
+
+
+def test_torch_own_timeout_dump_is_a_hang_and_exits_1(capsys):
+    """The H200's NCCL watchdog timeout: every rank (one) in an all_reduce torch counts unfinished."""
+    assert main(["summarize", str(DATA)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("KIND: collective_stalled - ") and "NO HANG" not in out
 
 
 def test_hang_exits_1_and_every_format_renders(tmp_path, capsys):

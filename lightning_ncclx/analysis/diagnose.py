@@ -15,8 +15,8 @@ from lightning_ncclx.analysis.wording import ranks_text as _ranks
 from lightning_ncclx.analysis.wording import short as _short
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.kind import classify
-from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankTrace,
-                                            Sig, Summary, Verdict)
+from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankAtDump,
+                                            RankTrace, Sig, Summary, Verdict)
 from lightning_ncclx.analysis.order import extra_or_skipped, own_order
 from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, listed, rank_rows
@@ -285,8 +285,36 @@ def analyze(loaded: LoadedFolder) -> Summary:
         inputs=tuple(InputFile(t.path, t.rank, t.rank_from, t.lib, t.fmt, t.version, t.comm_lib_version, t.n_entries)
                      for t in traces),
         ignored=loaded.ignored, duplicates=loaded.duplicates, recovery=loaded.recovery,
+        at_dump=_at_dump(loaded, by_lib, seen) if not findings else {},
     )
     return replace(summary, classification=classify(summary))
+
+
+def _at_dump(loaded: LoadedFolder, by_lib: Mapping[str, Mapping[int, RankTrace]],
+             seen: tuple[int, ...]) -> dict[int, RankAtDump]:
+    """Each dumped rank when it dumped (only needed when no finding names a rank)."""
+    out = {}
+    for r in seen:
+        ctx = loaded.contexts.get(r)
+        out[r] = RankAtDump(loaded.stacks.get(r), loaded.activities.get(r),
+                            ctx.seconds_since_heartbeat if ctx else None, ctx.time_unix if ctx else None,
+                            _open_op_completed(r, by_lib))
+    return out
+
+
+def _open_op_completed(rank: int, by_lib: Mapping[str, Mapping[int, RankTrace]]) -> bool | None:
+    """Whether torch's watchdog saw the group of the rank's oldest unfinished op complete every op
+    enqueued on it (``pg_status``): True, False, or None where it keeps no count."""
+    traces = [t[rank] for t in by_lib.values() if rank in t]
+    open_ops = sorted((o for t in traces for o in t.open_ops), key=lambda o: o.time_ns)
+    if not open_ops:
+        return None
+    oldest = open_ops[0]
+    trace = next(t for t in traces if oldest in t.open_ops)
+    enqueued, completed = trace.pg_status.get(oldest.group, (-1, -1))
+    if enqueued < 0 or completed < 0:
+        return None
+    return completed >= enqueued
 
 
 def _not_started_on_device(dumped: Mapping[int, RankTrace], group: GroupRef, seq: int) -> str | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from lightning_ncclx.analysis.model import CulpritState, Finding, Summary, Verdict
+from lightning_ncclx.analysis.model import CulpritState, Finding, RankRow, Summary, Verdict
 from lightning_ncclx.analysis.wording import UNNAMED_DESCS, group_title
 
 
@@ -33,6 +33,9 @@ class HangKind(str, Enum):
     """A rank's process is gone (crash, OOM kill, node loss)."""
     collective_stalled = "collective_stalled"
     """Every rank entered the same collective and it never completed: GPU kernel, network, NCCL."""
+    program_stalled = "program_stalled"
+    """A confirmed stall in which no rank waits in a collective: every rank stopped in the program
+    (its own code, a lock, the data loader, file IO), so no rank is missing from a collective."""
     teardown = "teardown"
     """Training had ended: a rank hangs while the job shuts down."""
     unknown = "unknown"
@@ -201,9 +204,7 @@ _WHERE_ADVICE = (
 
 def _stuck(summary: Summary, head: Finding, activity: str) -> Classification:
     culprit = head.ranks[0]
-    what = activity.split(":")[0]
-    where = next((advice for key, advice in _WHERE_ADVICE if key in what),
-                 "the code it is in: `py-spy dump --pid` on its host shows the whole stack")
+    where = _where_advice(activity)
     host = summary.hosts.get(culprit)
     advice = (f"rank {culprit}{' on ' + host if host else ''} is {activity}", f"look at {where}")
     sick_host = "uninterruptible" in activity and host
@@ -278,23 +279,144 @@ def _without_finding(summary: Summary) -> Classification:
                               ("check that the flight recorder is on (TORCH_FR_BUFFER_SIZE > 0) and the dump folder",),
                               RestartAction.restart, "nothing points at the program; a restart is the cheap test")
     if rows and all(r.state == "in_collective" for r in rows) and not summary.ranks_missing:
-        hosts = sorted(set(summary.hosts.values()))
-        op = rows[0].detail.removeprefix("in ")
-        return Classification(
-            HangKind.collective_stalled, f"every rank entered the same collective ({op}) and it never completed: "
-            "the problem is below the program (GPU kernel, NVLink/network or NCCL)",
-            ("run NCCL's RAS client `ncclras` (NCCL >= 2.24) on a node of the job while it hangs",
-             (f"the kernel log on {', '.join(hosts) or 'every host'}: `dmesg -T | grep -i xid` (GPU errors), "
-              "link and NIC errors"),
-             ("with ncclx.flight_recorder.timing=true the dumps tell started from completed per rank; rerun "
-              "with NCCL_DEBUG=INFO")),
-            RestartAction.restart, "the program agrees on every rank; a transient network or GPU fault is likely")
+        finished, unconfirmed = _device_word(summary, rows)
+        if unconfirmed and _stalled(summary) and (finished or _in_program(summary, rows)):
+            return _program_stalled(summary, rows, unconfirmed)
+        if not finished:
+            return _collective_stalled(summary, rows, unconfirmed)
     if _phases(summary) == {"idle"}:
         return Classification(HangKind.teardown, "training had ended on every rank (phase idle) and the dumps agree",
                               ("look for a barrier or collective after trainer.fit that not every rank reaches",),
                               RestartAction.do_not_restart, "training had finished: restarting would redo work")
+    if rows and _stalled(summary):
+        return _program_stalled(summary, rows, None)
     return Classification(HangKind.no_hang, "every rank agrees: no rank is missing from a collective",
                           (), RestartAction.restart, "nothing is wrong in the dumps")
+
+
+def _collective_stalled(summary: Summary, rows: list[RankRow], unconfirmed: str | None) -> Classification:
+    hosts = sorted(set(summary.hosts.values()))
+    op = rows[0].detail.removeprefix("in ")
+    reason = (f"every rank entered the same collective ({op}) and it never completed: the problem is below the "
+              "program (GPU kernel, NVLink/network or NCCL)")
+    if unconfirmed:
+        reason = (f"every rank entered the same collective and none had finished it when it dumped, but {unconfirmed}; "
+                  "if it did not finish, the problem is below the program (GPU kernel, NVLink/network or NCCL)")
+    return Classification(
+        HangKind.collective_stalled, reason,
+        ("run NCCL's RAS client `ncclras` (NCCL >= 2.24) on a node of the job while it hangs",
+         (f"the kernel log on {', '.join(hosts) or 'every host'}: `dmesg -T | grep -i xid` (GPU errors), "
+          "link and NIC errors"),
+         ("with ncclx.flight_recorder.timing=true the dumps tell started from completed per rank; rerun "
+          "with NCCL_DEBUG=INFO")),
+        RestartAction.restart, "the program agrees on every rank; a transient network or GPU fault is likely")
+
+
+# Where every rank's main thread waits, when a restart could pass once the thing waited on answers.
+_WAITS_ON_STORAGE = ("data loader", "checkpoint", "uninterruptible")
+
+
+def _program_stalled(summary: Summary, rows: list[RankRow], unconfirmed: str | None) -> Classification:
+    """No rank waits in a collective (or only in one the dumps cannot confirm as unfinished), and
+    the watchdog confirmed that the training loop stopped: the program itself is stuck."""
+    places: dict[str, list[int]] = {}
+    for row in rows:
+        places.setdefault(_main_thread_place(summary, row), []).append(row.rank)
+    (where, ranks), *others = sorted(places.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    every = "every rank" if len(rows) > 1 and not others else f"rank(s) {_r(tuple(ranks))}"
+    host = summary.hosts.get(ranks[0])
+    phase = (summary.context.get("phase_by_rank") or {}).get(str(ranks[0]))
+    in_phase = f" during {phase}" if phase else ""
+    reason = (f"{every} stopped in the program{in_phase}, outside every collective: {where}; no rank waits for "
+              "another, so the program itself is stuck there")
+    if others:
+        reason += "; " + "; ".join(f"rank(s) {_r(tuple(r))} {w}" for w, r in others[:3])
+    advice = [f"rank {ranks[0]}{' on ' + host if host else ''} is {where}",
+              f"look at {_where_advice(where)}"]
+    if unconfirmed:
+        advice.append(f"its last collective, {unconfirmed}; if `py-spy dump --native --pid` shows the main thread "
+                      "in a CUDA synchronize or an NCCL call, the collective is what is stuck")
+    if any(key in where for key in _WAITS_ON_STORAGE):
+        restart_reason = ("every rank waits on the same loader or storage at once: check that it answers before a "
+                          "restart, which otherwise stops at the same place")
+    else:
+        restart_reason = ("every rank stopped at the same place in the program's own code: a restart runs the same "
+                          "code and stops there again; fix the program first")
+    return Classification(HangKind.program_stalled, reason, tuple(advice), RestartAction.do_not_restart,
+                          restart_reason)
+
+
+def _main_thread_place(summary: Summary, row: RankRow) -> str:
+    """Where a rank's main thread stopped, in words: its library wait if known, else its own code."""
+    main = summary.at_dump.get(row.rank)
+    activity = main.activity if main else None
+    if activity is None and row.state == "outside_collective":
+        activity = _activity(CulpritState(row.rank, row.state, row.detail, row.location))
+    if activity:
+        return activity
+    frame = (main.frame if main else None) or (row.location if row.state != "in_collective" else None)
+    return f"in its own code at {frame}" if frame else "in its own code (no stack in the dump)"
+
+
+def _where_advice(where: str) -> str:
+    what = where.split(":")[0]
+    return next((advice for key, advice in _WHERE_ADVICE if key in what),
+                "the code it is in: `py-spy dump --pid` on its host shows the whole stack")
+
+
+def _stalled(summary: Summary) -> bool:
+    """The watchdog confirmed a stall (an event it raised, not one asked for or an exception)."""
+    return str(summary.context.get("event") or "").startswith("stall-") and summary.recovery is None
+
+
+_DEVICE_WAITS = ("torch.cuda.synchronize", "waiting for the GPU")
+
+
+def _in_program(summary: Summary, rows: list[RankRow]) -> bool:
+    """Every rank's stack is known and its main thread is not waiting for the GPU."""
+    for row in rows:
+        main = summary.at_dump.get(row.rank)
+        if main is None or (main.frame is None and main.activity is None):
+            return False
+        if main.activity and any(w in main.activity for w in _DEVICE_WAITS):
+            return False
+    return True
+
+
+def _device_word(summary: Summary, rows: list[RankRow]) -> tuple[bool, str | None]:
+    """On NCCL without timing an entry that finished on the GPU can still read ``scheduled``
+    (torch retires entries on its own watchdog's schedule), so "never completed" needs another
+    word: torch's ``pg_status``. (True, text): it counts the op complete; (False, text): nothing
+    says either way; (False, None): the dumps say unfinished and that stands."""
+    libs = set(summary.context.get("backends") or ())
+    if not libs or not all(str(lib).startswith("nccl") for lib in libs):
+        return False, None
+    if not all(r.detail.endswith("[scheduled]") for r in rows):
+        return False, None
+    words = {summary.at_dump[r.rank].open_op_completed if r.rank in summary.at_dump else None for r in rows}
+    op = rows[0].detail.removeprefix("in ").removesuffix(" [scheduled]")
+    age = _enqueued_before_dump(summary, rows[0])
+    if True in words:
+        return True, (f"{op} reads `scheduled`{age}, but torch's own watchdog had counted every op of its group "
+                      "complete: it finished on the GPU and was not yet retired")
+    if words == {False}:
+        return False, None
+    return False, (f"{op} reads `scheduled`{age}: with NCCL timing off the recorder cannot tell a collective "
+                   "that finished on the GPU from one that never did")
+
+
+def _enqueued_before_dump(summary: Summary, row: RankRow) -> str:
+    main = summary.at_dump.get(row.rank)
+    open_ops = [t for t in row.timeline if not t.done]
+    if main is None or main.time_unix is None or not open_ops:
+        return ""
+    age = main.time_unix - open_ops[-1].time_ns / 1e9
+    if not 0 <= age < 1e7:
+        return ""
+    beat = main.seconds_since_heartbeat
+    moved = (f", and the training loop moved {age - beat:.1f} s after it was enqueued"
+             if beat is not None and age - beat > 0.5 else "")
+    return f" (enqueued {age:.1f} s before the dump{moved})"
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -404,11 +404,17 @@ def context_from_data(data: Any, path: str, rank: int) -> RankContext | Unreadab
         v = data.get(key)
         return str(v)[:1000] if isinstance(v, (str, int, float)) else None
 
+    def _seconds(key: str) -> float | None:
+        v = data.get(key)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e12  # NaN fails both
+        return float(v) if ok else None
+
     return RankContext(rank=rank, path=path, host=_str("host"), world_size=_int("world_size"),
                        pg_config=parse_pg_config(data.get("pg_config")), phase=_str("phase"),
                        step=_int("step"), reason=_str("reason"), event=_str("event"),
                        exception=_str("exception"), initiator_rank=_int("initiator_rank"),
-                       p2p_in_flight=p2p_from_context(data.get("p2p_in_flight")))
+                       p2p_in_flight=p2p_from_context(data.get("p2p_in_flight")),
+                       seconds_since_heartbeat=_seconds("seconds_since_heartbeat"), time_unix=_seconds("time_unix"))
 
 
 def read_stacks(path: Path) -> tuple[str | None, str | None]:

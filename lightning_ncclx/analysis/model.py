@@ -144,6 +144,10 @@ class RankTrace:
     cut: tuple[str, ...] = ()
     """What of the file was not read, past the reader's bounds ("it holds 383,781 entries; the
     newest 65,536 were read"): the summary's notes repeat it."""
+    pg_status: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Group name -> (last op enqueued, last op completed) as torch's own watchdog saw them
+    (``pg_status``; -1 where it does not keep one): with NCCL timing off the only word on whether
+    an entry still reading ``scheduled`` finished on the GPU."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,23 @@ class RankContext:
     p2p_in_flight: tuple[tuple[str, P2POp], ...] = ()
     """(backend, op) of the sends/recvs the rank had in flight that its recorder does not hold
     (context.json ``p2p_in_flight``: gloo records none); ``seq`` is the group's op id."""
+    seconds_since_heartbeat: float | None = None
+    """How long the rank's training loop had not moved when it dumped (its watchdog's view)."""
+    time_unix: float | None = None
+    """When the rank wrote its dump (its own clock)."""
+
+
+@dataclass(frozen=True)
+class RankAtDump:
+    """A rank when it dumped: its main thread's innermost user frame, the library wait it was in if
+    known (data loader, lock, GPU sync ...), the heartbeat's age and the dump's time from its
+    context, and whether torch's watchdog saw its oldest unfinished op complete (None: unknown)."""
+
+    frame: str | None = None
+    activity: str | None = None
+    seconds_since_heartbeat: float | None = None
+    time_unix: float | None = None
+    open_op_completed: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -434,11 +455,17 @@ class Summary:
     analyzer once the rest is known."""
     recovery: Recovery | None = None
     """Set when every rank moved on after the event: a wait that ended, not a hang."""
+    at_dump: Mapping[int, RankAtDump] = field(default_factory=dict, compare=False)
+    """Each dumped rank when it dumped (where its main thread was ...), for the hang kind when no
+    finding names a rank; not part of the JSON form (``per_rank`` holds what a report shows)."""
 
     @property
     def headline(self) -> str:
         if self.findings:
             return self.findings[0].message
+        kind = getattr(getattr(self.classification, "kind", None), "value", None)
+        if kind == "program_stalled":  # the ranks agree on their collectives, and yet none moves
+            return f"program_stalled: {self.classification.reason}"
         return self.notes[0] if self.notes else "no hang: all ranks agree"
 
     def to_dict(self) -> dict[str, Any]:

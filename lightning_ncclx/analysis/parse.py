@@ -141,7 +141,35 @@ def build_trace(dump: Any, rank: int, path: str, lib_hint: str = "", entries_tot
     comm = dump.get("comm_lib_version")
     return RankTrace(rank, content.lib, path, version, pg_config, content.groups, content.p2p, content.open_ops,
                      total, content.newest_ns, comm_lib_version=comm[:100] if isinstance(comm, str) else "",
-                     cut=tuple(cut))
+                     cut=tuple(cut), pg_status=parse_pg_status(dump.get("pg_status")))
+
+
+MAX_STATUS_GROUPS = 4096
+
+
+def parse_pg_status(status: Any) -> dict[str, tuple[int, int]]:
+    """``pg_status`` as group name -> (last enqueued, last completed); ints in pickles, strings in
+    JSON. Anything else, or more groups than a job has, reads as unknown (left out)."""
+    if type(status) is not dict or len(status) > MAX_STATUS_GROUPS:
+        return {}
+    out = {}
+    for name, counters in status.items():
+        if type(name) is not str or type(counters) is not dict:
+            continue
+        enqueued = _counter(counters.get("last_enqueued_collective"))
+        completed = _counter(counters.get("last_completed_collective"))
+        if enqueued is not None and completed is not None:
+            out[name[:NAME_CHARS]] = (enqueued, completed)
+    return out
+
+
+def _counter(value: Any) -> int | None:
+    if type(value) is str and 0 < len(value) <= 20:
+        try:
+            value = int(value)
+        except ValueError:
+            return None
+    return value if type(value) is int and -1 <= value < 1 << 62 else None
 
 
 _SIZE_KEYS = ("input_sizes", "output_sizes")

@@ -22,7 +22,9 @@ from typing import Any
 
 from lightning_ncclx.analysis.collection_file import recovery_from
 
-PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "teardown", "no_hang"})
+__all__ = ["Incident", "find_incidents", "tally"]
+
+PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "program_stalled", "teardown", "no_hang"})
 """Kinds that do not indict a host: the program (or nothing) was at fault wherever it ran."""
 MAX_FOLDERS = 100_000
 _CONTEXT = re.compile(r"rank_\d+\.context\.json$")

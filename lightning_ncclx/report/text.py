@@ -88,8 +88,11 @@ def render_text(summary: Summary) -> str:
     names = GroupNames(d)
     out = [f"RECOVERED: {d.recovery.message}"] if d.recovery is not None else []
     out += kind_lines(d)
-    if d.verdict is Verdict.NO_HANG:
+    kind = (d.classification or classify(d)).kind.value
+    if d.verdict is Verdict.NO_HANG and kind == "no_hang":
         out.append("NO HANG FOUND: " + d.headline)
+    elif d.verdict is Verdict.NO_HANG:  # every rank agrees on its collectives, and yet the job does not move
+        out.append(f"HANG: {kind} - no rank is missing from a collective; no culprit rank")
     else:
         out.append(f"HANG: {d.verdict.value} - culprit rank(s) {_ranks(d.culprit_ranks)}")
         if d.process_group:

@@ -62,6 +62,24 @@ def test_stalled_rank_is_dumped_and_named(tmp_path: Path, fault: str, culprit: i
         assert detail.startswith("outside any collective, waiting for the data loader: "), detail
 
 
+@pytest.mark.parametrize("devices", [1, WORLD])
+def test_a_program_stuck_on_every_rank_is_named_where_it_stopped(tmp_path: Path, devices: int) -> None:
+    """Every rank sleeps in training_step (a lock, a shared-filesystem read): no rank waits in a
+    collective, and the watchdog's step threshold confirms the stall. Never "no hang"."""
+    result = run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "-1", "--devices", str(devices),
+                     "--strategy", "ddp_ncclx", "--no-auto", "--train-step-seconds", "5")
+    assert result.returncode == PROGRAM_ERROR_EXIT_CODE, result.log[-4000:]
+    folder = _one_stall(result)
+    assert_every_rank_dumped(folder, devices, result.log)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["hang_kind"] == "program_stalled", summary["hang_kind_reason"]
+    assert "train_job.py" in summary["hang_kind_reason"] and "in training_step" in summary["hang_kind_reason"]
+    assert summary["restart_advice"]["action"] == "do_not_restart"
+    assert summary["culprit_ranks"] == []
+    text = (folder / "summary.txt").read_text()
+    assert text.startswith("KIND: program_stalled - ") and "NO HANG" not in text and "nothing is wrong" not in text
+
+
 def test_hang_in_an_epoch_end_collective_is_caught(tmp_path: Path) -> None:
     result = run_job(tmp_path, "--fault", "stuck_epoch_end", "--fault-rank", "1", "--strategy", "ddp_ncclx")
     assert result.returncode == STALL_EXIT_CODE, result.log[-4000:]

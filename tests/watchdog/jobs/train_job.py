@@ -63,7 +63,7 @@ PIPELINE_FAULTS = ("stuck_pipeline", "pipeline_wrong_peer", "pipeline_skip_send"
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--fault", default="none")
-    p.add_argument("--fault-rank", type=int, default=1)
+    p.add_argument("--fault-rank", type=int, default=1, help="-1: every rank")
     p.add_argument("--at-batch", type=int, default=2)
     p.add_argument("--dump-dir", required=True)
     p.add_argument("--root-dir", default=None)
@@ -240,7 +240,7 @@ class Model(LightningModule):
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         a, r = self.args, rank()
-        faulty = r == a.fault_rank and batch_idx == a.at_batch
+        faulty = (r == a.fault_rank or a.fault_rank == -1) and batch_idx == a.at_batch  # -1: every rank
         if a.fault == "healthy_slow":
             time.sleep(4.0 if self.global_step == 0 else 0.4 * (batch_idx % 3))
         if a.step_sleep:
