@@ -155,7 +155,8 @@ def render_html(summary: Summary) -> str:
     ok = d.verdict is Verdict.NO_HANG and c.kind.value == "no_hang"
     grid = build_grid(d)
     names = GroupNames(d)
-    title = (f"{'NO HANG' if ok else 'HANG'}: {d.verdict.value}"
+    verdict = c.kind.value if d.verdict is Verdict.NO_HANG and not ok else d.verdict.value  # not "HANG: no_hang"
+    title = (f"{'NO HANG' if ok else 'HANG'}: {verdict}"
              + (f", culprit rank(s) {', '.join(map(str, d.culprit_ranks[:8]))}" if d.culprit_ranks else ""))
     advice = "".join(f"<li>{_e(a)}</li>" for a in c.advice) or "<li>nothing to do</li>"
     exclude = f" (exclude {_e(','.join(c.hosts_to_exclude))})" if c.hosts_to_exclude else ""

@@ -120,7 +120,15 @@ def test_a_healthy_job_gets_the_green_verdict_and_no_culprit(healthy: Summary) -
 def test_a_no_hang_verdict_with_a_warning_kind_is_not_shown_green(healthy: Summary) -> None:
     odd = Classification(HangKind.unknown, "the dumps disagree", ("read the findings below",), RestartAction.restart, "cheap test")
     page = render_html(dataclasses.replace(healthy, classification=odd))
-    assert '<div id="verdict" class="bad"><h1><span class="kind">unknown</span>HANG: no_hang</h1>' in page
+    assert '<div id="verdict" class="bad"><h1><span class="kind">unknown</span>HANG: unknown</h1>' in page
+
+
+def test_a_program_stall_is_a_hang_not_a_green_no_hang(healthy: Summary) -> None:
+    stalled = Classification(HangKind.program_stalled, "every rank stopped in the program", ("look at it",),
+                             RestartAction.do_not_restart, "fix it first")
+    page = render_html(dataclasses.replace(healthy, classification=stalled))
+    assert '<div id="verdict" class="bad"><h1><span class="kind">program_stalled</span>HANG: program_stalled</h1>' in page
+    assert "NO HANG" not in page
 
 
 def test_the_restart_line_names_the_hosts_to_exclude(hostile: Summary) -> None:
