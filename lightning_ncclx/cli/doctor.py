@@ -8,9 +8,21 @@ import sys
 from dataclasses import asdict
 
 from lightning_ncclx.backend.doctor import SetupCheck, check_setup
+from lightning_ncclx.config import WatchdogConfig
+from lightning_ncclx.watchdog.triggers import describe_signal
 
 
-def _print_rich(check: SetupCheck) -> None:
+def _on_demand_signal(check: SetupCheck) -> str:
+    """The default on-demand signal as this process has it after importing torch (and CUDA's
+    set-up, where a device is there); a native handler there is noted."""
+    name = WatchdogConfig().on_demand_signal or "SIGUSR2"
+    text, held_natively = describe_signal(name)
+    if held_natively:
+        check.notes.append(text)
+    return text
+
+
+def _print_rich(check: SetupCheck, signal_text: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -25,6 +37,7 @@ def _print_rich(check: SetupCheck) -> None:
     table.add_row("backends", ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in check.backends.items()))
     variables = "\n".join(f"{k}={v}" for k, v in check.recorder_variables.items()) or "(none set: torch defaults)"
     table.add_row("recorder variables", variables)
+    table.add_row("on-demand signal", signal_text)
     console.print(table)
     for note in check.notes:
         console.print(f"[cyan]note:[/] {note}")
@@ -39,8 +52,9 @@ def run_doctor(as_json: bool = False) -> int:
     except ImportError as err:
         print(f"lightning-ncclx doctor: cannot import {err.name or err}: is torch installed?", file=sys.stderr)
         return 1
+    signal_text = _on_demand_signal(check)
     if as_json:
-        print(json.dumps({**asdict(check), "broken": check.broken}, indent=2))
+        print(json.dumps({**asdict(check), "on_demand_signal": signal_text, "broken": check.broken}, indent=2))
     else:
-        _print_rich(check)
+        _print_rich(check, signal_text)
     return 1 if check.broken else 0

@@ -148,3 +148,23 @@ def _pass_on(source: int, target: int) -> None:
             os.write(target, data)
         except OSError:  # its buffer is full: Python would have dropped these bytes as well
             return
+
+
+# ---------------------------------------------------------------------------- who holds it
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def handler_library(address: int) -> str | None:
+    """The shared object a C handler's address lies in (``libc10.so``), through ``dladdr``."""
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except (OSError, AttributeError):
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    dladdr.restype = ctypes.c_int
+    info = _DlInfo()
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return os.path.basename(info.dli_fname.decode(errors="replace"))

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_ncclx.watchdog.process_signals import (
-    KernelAction, give_back_wakeup_fd, read_action, take_wakeup_fd, write_action,
+    KernelAction, give_back_wakeup_fd, handler_library, read_action, take_wakeup_fd, write_action,
 )
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class SignalWakeup:
         before = read_action(number)
         if python_view is None or (before is not None and _is_default_or_ignore(python_view)
                                    and before.handler != int(python_view)):
-            self._leave_alone()
+            self._leave_alone(before)
             return False
         self._previous = signal.signal(number, self._installed_handler)
         after = read_action(number) if before is not None else None
@@ -110,7 +110,7 @@ class SignalWakeup:
             # a C handler sat over the user's Python one (faulthandler.register after signal.signal)
             signal.signal(number, python_view)
             write_action(number, before)
-            self._leave_alone()
+            self._leave_alone(after)
             return False
         self._kernel_before = before
         self._python_action = after
@@ -118,12 +118,14 @@ class SignalWakeup:
         self._left_to_native = False
         return True
 
-    def _leave_alone(self) -> None:
+    def _leave_alone(self, held_by: KernelAction | None) -> None:
         self._left_to_native = True
-        log.warning("%s has a handler set outside Python (faulthandler.register or a native library): it is "
-                    "left in place, and %s does not start a dump in this process; `lightning-ncclx dump <dump "
-                    "folder>` or the on-demand file does (and %s does again if that handler is removed later)",
-                    self.signal_name, self.signal_name, self.signal_name)
+        where = _holder(held_by.handler) if held_by is not None else None
+        log.warning("%s has a handler set outside Python (%s): it is left in place, and %s does not start a dump "
+                    "in this process; `lightning-ncclx dump <dump folder>` or the on-demand file does (and %s does "
+                    "again if that handler is removed later)", self.signal_name,
+                    f"in {where}" if where else "faulthandler.register or a native library", self.signal_name,
+                    self.signal_name)
 
     def keep_armed(self) -> None:
         """Cheap (one ``sigaction`` read), from any thread. Where the signal's action is back at
@@ -249,6 +251,33 @@ class SignalWakeup:
             number = self._number
             got = number is not None and bytes([number]) in data
         return _consume(self._flag) or got
+
+
+def describe_signal(signal_name: str) -> tuple[str, bool]:
+    """What the on-demand signal would do in this process now, and whether a handler set outside
+    Python holds it (then it starts no dump while that handler stays), for ``doctor``."""
+    number = getattr(signal, signal_name)
+    python_view = signal.getsignal(number)
+    kernel = read_action(number)
+    if kernel is None:
+        return f"{signal_name}: its action cannot be read on this platform", False
+    if kernel.handler == int(signal.SIG_DFL):
+        return f"{signal_name}: default action (ends the process); the watchdog's handler makes it a dump trigger", False
+    if kernel.handler == int(signal.SIG_IGN):
+        return f"{signal_name}: ignored here; the watchdog's handler makes it a dump trigger", False
+    if python_view is not None and not _is_default_or_ignore(python_view):
+        return f"{signal_name}: a Python handler ({python_view!r}); the watchdog's runs before it", False
+    where = _holder(kernel.handler) or f"address 0x{kernel.handler:x}"
+    return (f"{signal_name}: a handler set outside Python holds it here (in {where}): it starts no dump while that "
+            f"handler stays; `lightning-ncclx dump <dump folder>` or `touch <dump folder>/DUMP_NOW` does, "
+            f"or on_demand_signal: SIGUSR1"), True
+
+
+def _holder(address: int) -> str | None:
+    library = handler_library(address)
+    if library is not None and library.startswith(("python", "libpython")):
+        return f"{library}: faulthandler.register or another C handler of the interpreter"
+    return library
 
 
 def _is_default_or_ignore(handler: Any) -> bool:
