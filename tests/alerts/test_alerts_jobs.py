@@ -29,10 +29,10 @@ def alert_job(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _alerts_env(monkeypatch: pytest.MonkeyPatch, webhook_url: str, pd_url: str, command: str | None = None,
-                deadline: float = 20.0, pause: str | None = None) -> None:
+                deadline: float = 20.0, pause: str | None = None, attempt_timeout: float = 1.0) -> None:
     config: dict[str, Any] = {"enabled": True, "webhook": {"url_env": "NCCLX_TEST_WEBHOOK_URL"},
                               "pagerduty": {"routing_key_env": "NCCLX_TEST_ROUTING_KEY", "endpoint": pd_url},
-                              "command": command, "attempt_timeout_seconds": 1.0, "attempts": 2,
+                              "command": command, "attempt_timeout_seconds": attempt_timeout, "attempts": 2,
                               "deadline_seconds": deadline}
     monkeypatch.setenv("NCCLX_TEST_ALERTS", json.dumps(config))
     monkeypatch.setenv("NCCLX_TEST_WEBHOOK_URL", webhook_url)
@@ -88,9 +88,11 @@ def test_dead_endpoints_leave_the_exit_alone_and_the_alert_in_the_folder(tmp_pat
     """Webhook: a server that never answers; PagerDuty: a refused port; command: exits 1. The job
     still ends with the stall's status; ``alerts resend`` delivers later from the folder."""
     with alert_server(tmp_path / "dead", "hang") as hanging:
+        # an attempt may take 600 s: only the 4 s deadline bounds the exit
         _alerts_env(monkeypatch, hanging.url(f"/hook/{WEBHOOK_SECRET}"), refused_url("/pd"), command="false",
-                    deadline=4.0)
-        result = harness.run_job(tmp_path, "--fault", "stuck_train", "--fault-rank", "1")
+                    deadline=4.0, attempt_timeout=600.0)
+        # ranks started by hand: the test waits for every rank, not only for the launching one
+        result = harness.run_ranks_by_hand(tmp_path, 3, "--fault", "stuck_train", "--fault-rank", "1")
         assert result.returncode == STALL_EXIT_CODE, result.log[-6000:]
         assert len(hanging.posts("/hook/")) >= 1  # it was tried
     folder = _one_event(result, "stall-")
