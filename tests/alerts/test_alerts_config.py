@@ -34,3 +34,15 @@ def test_a_mapping_becomes_the_typed_config() -> None:
                                            "pagerduty": {"routing_key_env": "PD_KEY", "severity": "warning"}}})
     assert config.alerts.webhook.url_env == "SLACK_URL" and config.alerts.pagerduty.severity == "warning"
     assert config.alerts.has_sink
+
+
+def test_the_strategy_hands_ncclx_alerts_to_its_watchdog(tmp_path) -> None:  # noqa: ANN001
+    from lightning.pytorch import Trainer
+
+    from lightning_ncclx.strategies.callbacks import attach_default_watchdog
+
+    ncclx = ncclx_config_from({"alerts": {"enabled": True, "command": "true"}})
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      default_root_dir=tmp_path)
+    watchdog = attach_default_watchdog(trainer, ncclx, tmp_path)
+    assert watchdog.alerts is ncclx.alerts
