@@ -47,7 +47,9 @@ def _build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser(
         "history", help="tally every incident (summary.json) under the paths by kind, host, rank and call site")
     history.add_argument("paths", type=Path, nargs="+", help="folders of runs or incidents (searched recursively)")
-    history.add_argument("--format", choices=("text", "json"), default="text")
+    history.add_argument("--format", choices=("text", "json", "slurm"), default="text",
+                         help="slurm: only the --exclude= list of hosts behind repeated incidents; json: every "
+                         "field, with a Kubernetes node_affinity that keeps a job off them")
     history.add_argument("--last", type=int, default=20, help="how many recent incidents count for recurrence "
                          "(0: all)")
     history.add_argument("--min-count", type=int, default=2,

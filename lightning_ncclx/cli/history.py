@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_OK
 from lightning_ncclx.exit_status import EXIT_FINDING as EXIT_FOUND
+from lightning_ncclx.cli.history_formats import node_affinity, plain_hosts, slurm_exclude
 from lightning_ncclx.report.history import Incident, find_incidents, tally
 
 
@@ -26,7 +27,13 @@ def run_history(paths: list[Path], fmt: str = "text", last: int = 20, min_count:
               file=sys.stderr)
         return EXIT_BAD_INPUT
     result = tally(incidents, last, min_count)
-    if fmt == "json":
+    hosts, odd = plain_hosts(result["exclude"])
+    for host in odd:
+        print(f"lightning-ncclx history: left out of the exclude list, not a plain host name: {host!r}", file=sys.stderr)
+    if fmt == "slurm":
+        out.write(slurm_exclude(hosts) + "\n")
+    elif fmt == "json":
+        result["node_affinity"] = node_affinity(hosts)
         result["list"] = [asdict(i) for i in incidents]
         out.write(json.dumps(result, indent=2) + "\n")
     else:
