@@ -97,19 +97,21 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
 def _run_job(argv: list[str], work: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run the job in its own session; afterwards kill what is left of it (a stopped rank that the
     launcher did not reap)."""
-    proc = subprocess.Popen(argv, cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    out_path, err_path = work / "job.out", work / "job.err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:  # files: a rank left behind keeps no pipe open
+        proc = subprocess.Popen(argv, cwd=work, env=_env(), stdout=out, stderr=err, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        out, err = "", "timed out"
+        pass
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    return subprocess.CompletedProcess(argv, proc.returncode, out_path.read_text(errors="replace"),
+                                       err_path.read_text(errors="replace"))
 
 
 def _p(values: list[float], q: float) -> float | None:

@@ -20,6 +20,7 @@ from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, Gro
 from lightning_ncclx.analysis.order import extra_or_skipped, own_order
 from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, listed, rank_rows
+from lightning_ncclx.analysis.raised import raised_first
 from lightning_ncclx.analysis.skew import group_stragglers
 from lightning_ncclx.analysis.wait_chains import p2p_key, with_wait_chains
 
@@ -259,6 +260,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
     stuck = {(f.group.lib, f.group.name) for f in findings}
     findings.sort(key=lambda f: _priority(f, stuck, roots))
     findings = with_wait_chains(findings, map(p2p_key, p2p), states)
+    findings = raised_first(findings, {r: c.exception for r, c in contexts.items() if c.exception})
     seen_set = set(seen)
     missing_ranks = tuple(r for r in range(world) if r not in seen_set)
     if not traces:

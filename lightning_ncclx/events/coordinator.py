@@ -71,7 +71,7 @@ TRIES_AFTER_JUMP = 4
 """Numbers a call tries one by one after jumping to the end of a run of taken ones."""
 MAX_JUMP = 1 << 40
 """How far past the last event seen a run of taken numbers is followed (40 reads at most)."""
-SILENT_RANK_GRACE_SECONDS = 1.0
+SILENT_RANK_GRACE_SECONDS = 0.5
 """Once every other rank dumped, how much longer a rank the detection found silent is waited for."""
 
 

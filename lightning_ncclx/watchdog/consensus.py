@@ -33,7 +33,8 @@ stopped) posts nothing, and a rank without a notice vetoes. So once a quorum of 
 blocked and the others are silent, rank 0 *pings* the silent ones (``cs/ping``, their doorbells
 ring): a watchdog that runs answers within a poll (``cs/answer/<r>``), whatever its phase, and
 its silence stays a veto. Ranks that have not answered for ``SILENCE_SECONDS`` count as
-evidence like a notice (:attr:`Picture.unanswered`), confirmed at the next poll as every picture
+evidence like a notice (:attr:`Picture.unanswered`): the picture is confirmed when no notice
+changed since the ping (the silence spans several polls), else at the next poll as every picture
 is. (Rank 0 cannot ping itself: a rank 0 whose watchdog cannot run is left to the peers' step
 threshold.)
 
@@ -83,6 +84,8 @@ class _Ping:
     number: int
     sent: float
     ranks: tuple[int, ...]
+    changes: int
+    """The notices' change counter when it was sent."""
 
 
 class Consensus:
@@ -237,7 +240,7 @@ class Consensus:
         if self._pending is not None and self._pending[0] == changes:
             if now - self._pending[1] < self.poll_interval_seconds * 0.9:
                 return None
-            picture = self._picture()
+            picture = self._picture(changes)
             _, changes_after = self.board.counters()
             if picture is None or changes_after != changes or not picture.is_hang(self.config.quorum):
                 self._pending = None
@@ -246,14 +249,19 @@ class Consensus:
             self._pending = None
             self._ping = None
             return picture
-        picture = self._picture()
-        if picture is not None and picture.is_hang(self.config.quorum):
-            self._pending = (changes, now)
-        else:
+        picture = self._picture(changes)
+        if picture is None or not picture.is_hang(self.config.quorum):
             self._pending = None
+            return None
+        if picture.unanswered and self._ping is not None and self._ping.changes == changes:
+            # no notice changed during the whole silence (several polls): confirmed already
+            self._fired_changes = changes
+            self._ping = None
+            return picture
+        self._pending = (changes, now)
         return None
 
-    def _picture(self) -> Picture | None:
+    def _picture(self, changes: int) -> Picture | None:
         """Every notice; where a quorum is blocked and the others posted nothing, with the silent
         ranks that have not answered a ping for ``silence_seconds``."""
         notices = self.board.read_all()
@@ -264,10 +272,10 @@ class Consensus:
         if not silent or picture.working or len(picture.blocked) < self._needed():
             self._ping = None
             return picture
-        unanswered = self._unanswered(silent)
+        unanswered = self._unanswered(silent, changes)
         return Picture(self.board.world_size, notices, unanswered) if unanswered else picture
 
-    def _unanswered(self, silent: tuple[int, ...]) -> tuple[int, ...]:
+    def _unanswered(self, silent: tuple[int, ...], changes: int) -> tuple[int, ...]:
         """``silent`` once none of them answered a ping sent ``silence_seconds`` ago; () meanwhile.
         This rank (it runs) or too many silent ranks: () and no ping."""
         if self.board.rank in silent or len(silent) > MAX_PINGED_RANKS:
@@ -275,11 +283,11 @@ class Consensus:
             return ()
         now, ping = self._clock(), self._ping
         if ping is None or ping.ranks != silent:
-            self._ping = _Ping(self.board.ping(silent), now, silent)
+            self._ping = _Ping(self.board.ping(silent), now, silent, changes)
             return ()
         if self.board.answered(silent, ping.number):
             if now - ping.sent >= self.silence_seconds:  # alive then; ask again, it may stop later
-                self._ping = _Ping(self.board.ping(silent), now, silent)
+                self._ping = _Ping(self.board.ping(silent), now, silent, changes)
             return ()
         return silent if now - ping.sent >= self.silence_seconds else ()
 

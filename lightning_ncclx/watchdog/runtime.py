@@ -120,6 +120,9 @@ class WatchdogRuntime:
         self._on_demand_limit_logged = False
         self._allowance_logged = -1
         self._stall_logged = -1
+        self._incident: tuple[EventMeta, int] | None = None
+        """The last stall or exception event this rank dumped for, with its training batches
+        then; cleared by a recovery (see :meth:`_follows_incident`)."""
         self._clock = clock
         self._thread = threading.Thread(target=self._run, name=f"ncclx-watchdog-rank{self.rank}", daemon=True)
 
@@ -272,6 +275,9 @@ class WatchdogRuntime:
                 log.warning("[rank %d] max_dumps_per_run=%d reached: not dumping", self.rank,
                             self.config.max_dumps_per_run)
                 return
+            if self._still_in_incident("is still stuck"):
+                self.heartbeat.mark_reported(stall.seq)
+                return
             if self._start_event("stall"):  # else no event could be taken now: tried again at the next tick
                 self.heartbeat.mark_reported(stall.seq)
 
@@ -300,6 +306,9 @@ class WatchdogRuntime:
     def _stall_by_consensus(self, picture: Picture) -> None:
         beat = self.heartbeat.last
         log.warning("[rank %d] stall by consensus of every rank: %s", self.rank, picture.describe())
+        if self._still_in_incident("is still stuck"):
+            self.heartbeat.mark_reported(beat.seq)
+            return
         if self.stall_events >= self.config.max_dumps_per_run:
             log.warning("[rank %d] max_dumps_per_run=%d reached: not dumping", self.rank, self.config.max_dumps_per_run)
             self.heartbeat.mark_reported(beat.seq)
@@ -355,7 +364,32 @@ class WatchdogRuntime:
         """Caller holds ``_event_lock``. ``detected``: this rank started it (a stall it found
         counts against ``max_dumps_per_run``; one another rank or client started does not). See
         :mod:`participation`."""
-        return self.participation.take_part(event, exception, detected=detected)
+        batches = self.heartbeat.batches
+        result = self.participation.take_part(event, exception, detected=detected)
+        if event.reason in ("stall", "exception"):
+            self._incident = (event, batches)
+        return result
+
+    def _follows_incident(self) -> EventMeta | None:
+        """The stall or exception event this rank dumped for, when no training batch ended since
+        and it did not recover: what fails now follows from that incident's culprit (a peer's
+        exception, then its dead connection here)."""
+        if self._incident is None:
+            return None
+        event, batches = self._incident
+        return event if self.heartbeat.batches == batches else None
+
+    def _still_in_incident(self, what: str) -> bool:
+        """True (and logged) when a new stall or exception event would only repeat the incident
+        this rank already dumped for: no second event, whose summary (the culprit's process now
+        gone) would contradict the first's verdict and restart advice."""
+        earlier = self._follows_incident()
+        if earlier is None:
+            return False
+        log.warning("[rank %d] %s since %s (initiator rank %d), which this rank dumped for, without a training "
+                    "batch since: part of that incident, no new event (its summary has the culprit and the advice)",
+                    self.rank, what, earlier.name, earlier.initiator)
+        return True
 
     def native_stacks_disarm(self) -> None:
         self._native.disarm()
@@ -385,6 +419,7 @@ class WatchdogRuntime:
             return None
 
     def learn_recovery(self, site: str | None, seconds: float) -> None:
+        self._incident = None  # the job moved on: a later failure is a new incident
         learn = getattr(self.consensus, "learn_recovery", None)
         if learn is None:
             return
@@ -524,6 +559,8 @@ class WatchdogRuntime:
                 self.participation.open[event.number].raised = True  # no longer making progress
                 log.warning("[rank %d] %s raised while %s, which this rank already dumped for, is open: no second "
                             "event", self.rank, text[:200], event.name)
+            elif self._still_in_incident(f"raised {text[:200]}"):
+                pass
             else:
                 event = self.coordinator.propose("exception")  # a concurrent event: joined, the exception in its dump
                 if event is not None:

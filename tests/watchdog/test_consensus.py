@@ -247,10 +247,25 @@ def test_a_rank_whose_watchdog_cannot_run_is_a_hang_once_it_leaves_a_ping_unansw
     assert picture is not None and picture.unanswered == (1,) and picture.silent == [1]
     assert sorted(picture.blocked) == [0, 2] and picture.busy == []
     silence = job.detectors[0].silence_seconds
-    # notices in the poll after WAIT; the ping then; no answer for the silence; one confirming poll
-    assert polls == int(WAIT / POLL) + 1 + int(silence / POLL) + 1
+    # notices in the poll after WAIT, the ping at once; no notice changed during the silence: no further poll
+    assert polls == int(WAIT / POLL) + 1 + int(silence / POLL)
     assert "rank(s) 1 silent" in picture.describe()
     assert job.poll() is None  # one event per picture
+
+
+def test_a_notice_that_changes_during_the_silence_needs_one_more_agreeing_poll() -> None:
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.frozen.add(1)
+    for _ in range(int(WAIT / POLL) + 2):  # notices posted, the ping out
+        assert job.poll() is None
+    job.where[2] = [BlockedIn("gloo", "1", 14)]  # rank 2's notice changes meanwhile
+    picture, polls = job.polls_until_hang()
+    silence = job.detectors[0].silence_seconds
+    assert picture is not None and picture.unanswered == (1,)
+    assert polls == (int(silence / POLL) - 1) + 1  # the silence's remaining polls, then one confirming poll
 
 
 def test_a_silent_rank_whose_watchdog_answers_vetoes() -> None:
