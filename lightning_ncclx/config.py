@@ -500,8 +500,39 @@ class AlertsConfig:
 
 
 @dataclass(kw_only=True)
+class MetricsConfig:
+    """Live Prometheus metrics of every rank (off by default: nothing is imported or started)."""
+
+    port: int | None = None
+    """Serve ``/metrics`` on this port plus the rank's local rank (8 ranks of a host: port..port+7)."""
+    address: str = "0.0.0.0"
+    """Interface the metrics server listens on."""
+    textfile: str | None = None
+    """A node_exporter textfile (``.../textfile/ncclx.prom``): the ranks of a host merge into it."""
+    interval_seconds: float = 5.0
+    """How often each rank writes its part of the textfile."""
+
+    def __post_init__(self) -> None:
+        key = "ncclx.metrics"
+        if self.port is not None:
+            _require(isinstance(self.port, int) and not isinstance(self.port, bool) and 1 <= self.port <= 65535,
+                     f"{key}.port", self.port, "expected a TCP port from 1 to 65535, or null")
+        _require(isinstance(self.address, str) and self.address.strip() != "", f"{key}.address", self.address,
+                 "expected an interface address such as 0.0.0.0 or 127.0.0.1")
+        if self.textfile is not None:
+            _require(isinstance(self.textfile, str) and self.textfile.endswith(".prom") and "\0" not in self.textfile,
+                     f"{key}.textfile", self.textfile,
+                     "expected a path ending in .prom (node_exporter reads only those), or null")
+        _finite_positive(f"{key}.interval_seconds", self.interval_seconds)
+
+    @property
+    def enabled(self) -> bool:
+        return self.port is not None or self.textfile is not None
+
+
+@dataclass(kw_only=True)
 class NcclxConfig:
-    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog, straggler detection, alerts."""
+    """Everything lightning-ncclx configures: backend, flight recorder, timeouts, watchdog, straggler detection, alerts, metrics."""
 
     backend: str = "auto"
     """``auto`` (nccl on CUDA, gloo on CPU) | ``nccl2`` | ``nccl-legacy`` | ``nccl-lazy`` | ``gloo``."""
@@ -510,6 +541,7 @@ class NcclxConfig:
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         _require(
@@ -523,6 +555,7 @@ class NcclxConfig:
         self.watchdog = _sub_config(WatchdogConfig, "ncclx.watchdog", self.watchdog)
         self.straggler = _sub_config(StragglerConfig, "ncclx.straggler", self.straggler)
         self.alerts = _sub_config(AlertsConfig, "ncclx.alerts", self.alerts)
+        self.metrics = _sub_config(MetricsConfig, "ncclx.metrics", self.metrics)
         if self.watchdog.enabled:
             _check_stall_shorter_than_timeout(self.watchdog, self.timeouts)
 
@@ -559,10 +592,11 @@ def ncclx_config_from(value: Any) -> NcclxConfig:
     except ImportError:  # pragma: no cover - omegaconf is a dependency
         pass
     if isinstance(value, Mapping):
-        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog", "straggler", "alerts"}
+        unknown = set(value) - {"backend", "flight_recorder", "timeouts", "watchdog", "straggler", "alerts",
+                                 "metrics"}
         if unknown:
             raise ConfigError(f"ncclx has no key(s) {sorted(unknown)}; expected backend, flight_recorder, timeouts, "
-                              "watchdog, straggler, alerts")
+                              "watchdog, straggler, alerts, metrics")
         try:
             return NcclxConfig(**dict(value))
         except TypeError as err:
