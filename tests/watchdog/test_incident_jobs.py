@@ -9,18 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.harness import assert_culprit, run_job
+from watchdog.harness import assert_culprit, run_ranks_by_hand
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def test_the_peers_failures_after_an_exception_join_its_incident(tmp_path: Path) -> None:
     """Rank 1 raises in training_step (``on_stall: dump``, the default): its event names it and
-    advises no restart. Ranks 0 and 2 then stall in the step's all_reduce and raise "Connection
-    closed by peer" once rank 1's process is gone: no second event (a stall or exception summary
-    naming rank 1 lost, advising a restart) follows, so the last summary keeps the advice."""
-    result = run_job(tmp_path, "--fault", "raise", "--fault-rank", "1", "--strategy", "ddp_ncclx",
-                     "--on-stall", "dump")
+    advises no restart. Ranks 0 and 2 (started by hand: no launcher kills them when rank 1 exits)
+    then wait in the step's all_reduce and raise "Connection closed by peer" once rank 1's process
+    is gone: no second event (a summary naming rank 1 lost, advising a restart) follows, so the
+    last summary keeps the advice."""
+    result = run_ranks_by_hand(tmp_path, 3, "--fault", "raise", "--fault-rank", "1", "--strategy", "ddp_ncclx",
+                               "--on-stall", "dump")
     assert result.returncode not in (0, None), result.log[-4000:]
     events = result.events()
     assert [e.name for e in events] == ["exception-rank1-001"], f"{events}\n{result.log[-6000:]}"
