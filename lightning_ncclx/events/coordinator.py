@@ -70,6 +70,9 @@ MAX_REFUSED_KEPT = 200
 TRIES_AFTER_JUMP = 4
 """Numbers a call tries one by one after jumping to the end of a run of taken ones."""
 MAX_JUMP = 1 << 40
+MAX_EVENTS_TIMED = 256
+CLOCK_SKEW_SECONDS = 60.0
+"""A new event's opening time this far from this host's clock is named as clock skew in the log."""
 """How far past the last event seen a run of taken numbers is followed (40 reads at most)."""
 SILENT_RANK_GRACE_SECONDS = 0.5
 """Once every other rank dumped, how much longer a rank the detection found silent is waited for."""
@@ -102,6 +105,10 @@ class EventCoordinator:
         self._clock = clock
         self._sleep = sleep
         self._wall_clock = wall_clock
+        self._first_seen: dict[int, float] = {}
+        """Event number -> when this rank first saw it open, on its own monotonic clock."""
+        self._seen_free: int | None = None
+        """The last event number this rank read as free: an event found there later is new."""
         self.local = LocalPeers(client, rank, world_size, self.refuse, clock)
 
     def refuse(self, error: BadValue | str) -> None:
@@ -121,10 +128,31 @@ class EventCoordinator:
             return error
 
     def _is_over(self, meta: EventMeta) -> bool:
-        """Closed, or open for longer than an initiator would take (it died mid-event)."""
+        """Closed, or open for longer than an initiator would take (it died mid-event).
+
+        How long it has been open is judged on this rank's own monotonic clock, from when it
+        first saw the event, wherever the event is known to be new (this rank read its number as
+        free before): hosts' wall clocks may disagree by minutes. Only an event met with no such
+        sign (at setup) is judged by its opening time, against this host's wall clock."""
         if meta.closed:
             return True
+        if meta.number == self._seen_free or meta.number in self._first_seen:
+            if meta.number not in self._first_seen:
+                self._first_seen[meta.number] = self._clock()
+                self._name_skew(meta)
+                while len(self._first_seen) > MAX_EVENTS_TIMED:
+                    del self._first_seen[next(iter(self._first_seen))]
+            return self._clock() - self._first_seen[meta.number] > self.stale_after_seconds
         return meta.opened is not None and self._wall_clock() - meta.opened > self.stale_after_seconds
+
+    def _name_skew(self, meta: EventMeta) -> None:
+        if meta.opened is None:
+            return
+        skew = self._wall_clock() - meta.opened
+        if abs(skew) > CLOCK_SKEW_SECONDS:
+            log.warning("[rank %d] %s was opened at %.0f by the clock of rank %d's host, %.0f s %s this host's clock: "
+                        "clock skew between the hosts; the event is judged by this rank's own clock", self.rank,
+                        meta.name, meta.opened, meta.initiator, abs(skew), "behind" if skew > 0 else "ahead of")
 
     def propose(self, reason: str) -> EventMeta | None:
         """Ask for an event; returns the one agreed on (this rank's, or a concurrent proposer's that is
@@ -209,7 +237,10 @@ class EventCoordinator:
             if tried == MAX_SKIPPED_PER_CALL:
                 self._jump_past_taken()
             meta = self._meta(self.last_seen + 1)
-            if meta is None or (isinstance(meta, EventMeta) and not self._is_over(meta)):
+            if meta is None:
+                self._seen_free = self.last_seen + 1
+                break
+            if isinstance(meta, EventMeta) and not self._is_over(meta):
                 break
             self.last_seen += 1
         return self.last_seen - start
@@ -223,6 +254,7 @@ class EventCoordinator:
             number = self.last_seen + 1
             meta = self._meta(number)
             if meta is None:
+                self._seen_free = number
                 return None
             self.last_seen = number
             if isinstance(meta, BadValue):
