@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("events",),
     ("alerts",),
     ("watchdog", "straggler"),
+    ("metrics",),
     ("strategies", "hydra_store"),
     ("registration", "cli", "zero_code", "zero_code_callback", "__init__"),
 ]

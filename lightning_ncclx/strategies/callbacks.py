@@ -23,11 +23,28 @@ def attach_default_watchdog(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | N
         if isinstance(callback, StallWatchdog):
             if getattr(callback, "dump_dir", None) is None and dump_dir is not None:
                 callback.dump_dir = dump_dir
+            attach_metrics_exporter(trainer, ncclx)
             return callback
     watchdog = StallWatchdog(ncclx.watchdog, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder,
                              alerts=ncclx.alerts)
     trainer.callbacks.append(watchdog)
+    attach_metrics_exporter(trainer, ncclx)
     return watchdog
+
+
+def attach_metrics_exporter(trainer: Any, ncclx: NcclxConfig) -> Any:
+    """Add a ``MetricsExporter`` when ``ncclx.metrics`` names a port or a textfile (and none is
+    there); None otherwise: nothing is imported when metrics are off."""
+    if not ncclx.metrics.enabled:
+        return None
+    from lightning_ncclx.metrics import MetricsExporter
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, MetricsExporter):
+            return callback
+    exporter = MetricsExporter(ncclx.metrics)
+    trainer.callbacks.append(exporter)
+    return exporter
 
 
 def attach_default_straggler_detector(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | None) -> Any:
