@@ -111,6 +111,7 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
     rank = coordinator.rank
     result = CollectionResult(event=event, folder=folder, world_size=coordinator.world_size, dumped_ranks=[rank],
                               missing_ranks=[r for r in range(coordinator.world_size) if r != rank])
+    coordinator.refused.clear()  # this event's refusals only: an earlier event's planted text is no headline here
     try:
         _collect(coordinator, result, dump_dir, collect_timeout_seconds, gather_through_store, two_phase,
                  two_phase_peers, silent_ranks)
