@@ -73,8 +73,10 @@ def run_dump(path: Path, name: str = DEFAULT_REQUEST_NAME, wait_seconds: float =
         return EXIT_FINDING
     event = wait_for_new_event(target, before, EVENT_WAIT_SECONDS)
     if event is None:
-        _say(f"the job took {request}; its event folder has not appeared under {target} yet "
-             "(with node-local dump folders, each host writes its own)")
+        _say(f"the job took {request}, but no new ondemand-* folder appeared under {target} within "
+             f"{EVENT_WAIT_SECONDS:g} s: a request within 5 s of the job's last on-demand dump, or past its "
+             "max_on_demand_dumps, is ignored (the rank's log says so); with node-local dump folders each host "
+             "writes its own")
     else:
         _say(f"the job took the request: every rank dumps into {target / event}")
     return EXIT_OK
