@@ -225,8 +225,9 @@ class AutoThresholdConfig:
         _multiplier(f"{key}.multiplier", self.multiplier, "a smaller one would flag ordinary step-time jitter")
         _finite_positive(f"{key}.floor_seconds", self.floor_seconds)
         _non_negative_int(f"{key}.warmup_steps", self.warmup_steps)
-        _require(isinstance(self.window, int) and not isinstance(self.window, bool) and 1 <= self.window <= MAX_STEP_WINDOW,
-                 f"{key}.window", self.window, f"expected an integer from 1 to {MAX_STEP_WINDOW}")
+        _require(isinstance(self.window, int) and not isinstance(self.window, bool)
+                 and 1 <= self.window <= MAX_STEP_WINDOW, f"{key}.window", self.window,
+                 f"expected an integer from 1 to {MAX_STEP_WINDOW}")
 
 
 @dataclass(kw_only=True)

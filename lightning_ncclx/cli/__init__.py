@@ -41,8 +41,6 @@ def _build_parser() -> argparse.ArgumentParser:
     summarize.add_argument("path", type=Path, help="folder of dumps (searched recursively) or one dump file")
     summarize.add_argument("--format", choices=SUMMARY_FORMATS, default="text")
     summarize.add_argument("--output", "-o", type=Path, default=None, help="write the report here instead of stdout")
-    summarize.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                           help="on an unexpected error, print the full traceback")
 
     history = commands.add_parser(
         "history", help="tally every incident (summary.json) under the paths by kind, host, rank and call site")
@@ -72,6 +70,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="report torch/Lightning/NCCL versions and the flight-recorder set-up")
     doctor.add_argument("--json", action="store_true", help="print the set-up check as JSON")
+    for command in commands.choices.values():  # the error line says "rerun with --debug": after the command too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="on an unexpected error, print the full traceback")
     return parser
 
 

@@ -11,16 +11,14 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_ncclx.analysis.collection_file import recovery_from
+from lightning_ncclx.report.incident_file import Incident, NotAnIncident, incident_from, read_incident
 
 __all__ = ["Incident", "find_incidents", "tally"]
 
@@ -28,31 +26,6 @@ PROGRAM_KINDS = frozenset({"program_divergence", "argument_mismatch", "program_s
 """Kinds that do not indict a host: the program (or nothing) was at fault wherever it ran."""
 MAX_FOLDERS = 100_000
 _CONTEXT = re.compile(r"rank_\d+\.context\.json$")
-
-
-@dataclass(frozen=True)
-class Incident:
-    folder: str
-    event: str
-    run_id: str | None
-    job_id: str | None
-    time: str | None
-    kind: str
-    verdict: str
-    culprit_ranks: tuple[int, ...]
-    culprit_hosts: tuple[str, ...]
-    call_site: str | None
-    op: str | None
-    recovered_after_seconds: float | None = None
-    """Set when the event recovered: not a hang."""
-
-
-def _read(path: Path) -> Incident | None:
-    try:
-        d = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return _incident(d, path)
 
 
 def _analyzed(folder: Path) -> Incident | None:
@@ -67,35 +40,11 @@ def _analyzed(folder: Path) -> Incident | None:
         return None
     from lightning_ncclx.report.incident import incident_info
 
-    return _incident({**summary.to_dict(), "incident": incident_info(summary, folder, environ={})},
-                     folder / "summary.json")
-
-
-def _incident(d: Any, path: Path) -> Incident | None:
-    if not isinstance(d, dict) or not str(d.get("schema", "")).startswith("lightning-ncclx/summary/"):
-        return None
-    inc = d.get("incident") if isinstance(d.get("incident"), dict) else {}
-    hosts = d.get("hosts") if isinstance(d.get("hosts"), dict) else {}
-    culprits = tuple(r for r in d.get("culprit_ranks") or () if isinstance(r, int))
-    findings = d.get("findings") or [{}]
-    states = findings[0].get("culprit_states") or [{}] if isinstance(findings[0], dict) else [{}]
-    site = next((s.get("location") for s in states if isinstance(s, dict) and s.get("location")), None)
-    culprit_hosts = tuple(sorted({str(hosts[str(r)]) for r in culprits if str(r) in hosts}))
-    culprit_hosts = culprit_hosts or tuple(str(h) for h in (d.get("hosts_to_exclude") or ()))
     try:
-        mtime = path.stat().st_mtime
-    except OSError:
-        mtime = 0.0
-    from lightning_ncclx.report.incident import _iso
-
-    recovery = recovery_from(d.get("recovery"))
-    return Incident(
-        recovered_after_seconds=recovery.lasted_seconds if recovery is not None else None,
-        folder=str(path.parent), event=str(inc.get("event") or path.parent.name),
-        run_id=inc.get("run_id"), job_id=inc.get("job_id"),
-        time=inc.get("dumped_at") or inc.get("summarized_at") or _iso(mtime),
-        kind=str(d.get("hang_kind") or "unknown"), verdict=str(d.get("verdict") or "?"),
-        culprit_ranks=culprits, culprit_hosts=culprit_hosts, call_site=site, op=d.get("op"))
+        return incident_from({**summary.to_dict(), "incident": incident_info(summary, folder, environ={})},
+                             folder / "summary.json")
+    except NotAnIncident:
+        return None
 
 
 def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
@@ -108,7 +57,7 @@ def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
         if not root.exists():
             problems.append(f"{root}: no such file or folder")
             continue
-        files = [root] if root.is_file() else []
+        files = [] if root.is_dir() else [root]  # a FIFO or device given by name is refused by the read
         unsummarized: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(root) if root.is_dir() else ():
             dirnames[:] = sorted(n for n in dirnames if n != "ranks")
@@ -126,9 +75,10 @@ def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
             else:
                 found.setdefault(str((folder / "summary.json").resolve()), incident)
         for path in files:
-            incident = _read(path)
-            if incident is None:
-                problems.append(f"{path}: not a lightning-ncclx summary.json")
+            try:
+                incident = read_incident(path)
+            except NotAnIncident as why:
+                problems.append(f"{path}: {why}")
             else:
                 found.setdefault(str(path.resolve()), incident)
     return sorted(found.values(), key=lambda i: (i.time or "", i.folder)), problems

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning_ncclx.analysis.model import Summary
+from lightning_ncclx.analysis.safe_read import MAX_SIDE_FILE_BYTES, read_regular
+from lightning_ncclx.errors import DumpReadError
 
 _CONTEXT = re.compile(r"rank_\d+\.context\.json$")
 _JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "TORCHELASTIC_RUN_ID")
@@ -32,10 +34,10 @@ def _dump_times(folder: Path) -> list[float]:
         return []
     for path in names[:4096]:
         try:
-            value = json.loads(path.read_bytes()).get("time_unix")
-        except (OSError, ValueError, AttributeError):
+            value = json.loads(read_regular(path, MAX_SIDE_FILE_BYTES, "context")).get("time_unix")
+        except (DumpReadError, ValueError, AttributeError, RecursionError):  # a FIFO must not block
             continue
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e11:  # before year 5138
             times.append(float(value))
     return times
 
@@ -70,8 +72,8 @@ def kept_incident(folder: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     """The identity already in ``folder/summary.json`` for the same event (first write wins),
     else ``fresh``."""
     try:
-        old = json.loads((folder / "summary.json").read_bytes()).get("incident")
-    except (OSError, ValueError, AttributeError):
+        old = json.loads(read_regular(folder / "summary.json", MAX_SIDE_FILE_BYTES, "summary.json")).get("incident")
+    except (DumpReadError, ValueError, AttributeError, RecursionError):
         return fresh
     if isinstance(old, dict) and old.get("event") == fresh["event"]:
         return {**fresh, **{k: v for k, v in old.items() if v is not None}, "summarized_at": fresh["summarized_at"]}
