@@ -17,7 +17,7 @@ from lightning_ncclx.analysis.groups import resolve_groups, world_size
 from lightning_ncclx.analysis.kind import classify
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankAtDump,
                                             RankTrace, Sig, Summary, Verdict)
-from lightning_ncclx.analysis.order import extra_or_skipped, own_order
+from lightning_ncclx.analysis.order import extra_or_skipped, own_order, skipped_into_next
 from lightning_ncclx.analysis.p2p import p2p_findings, with_context_p2p
 from lightning_ncclx.analysis.ranks import RankStates, culprit_state, listed, rank_rows
 from lightning_ncclx.analysis.raised import raised_first
@@ -109,6 +109,17 @@ def finding_from(group: GroupRef, div: Divergence, tracks: Mapping[int, GroupTra
                    f"{_group_label(group)} where the others called {_short(div.majority)}")
             if why:
                 msg += f": {why}"
+            skip = None if why else skipped_into_next(tracks, div.culprits, div.waiting, div.seq)
+            if skip is not None:  # its next call, paired with the one it skipped: not an argument mismatch
+                (_, skipped_site), (_, made_site) = skip
+                kind = Verdict.NOT_ENTERED
+                msg = (f"not_entered: rank(s) {_ranks(div.culprits)} skipped {_short(div.majority)} (seq {div.seq}) "
+                       f"of {_group_label(group)} and called {theirs} there, the call their own earlier steps make "
+                       f"right after it; rank(s) {_ranks(div.waiting)} are waiting in it")
+                order_evidence = (f"program order: rank(s) {_ranks(div.culprits)} called {theirs} at seq {div.seq} "
+                                  f"from {made_site or 'an unknown call site'}, which their earlier steps call after "
+                                  f"{_short(div.majority)} from {skipped_site or 'an unknown call site'}: they "
+                                  "skipped it")
     else:
         kind = Verdict.NOT_ENTERED
         msg = (f"not_entered: rank(s) {_ranks(div.culprits)} never entered {op} (seq {div.seq}) of "

@@ -121,6 +121,35 @@ def own_order(track: GroupTrack, seq: int) -> tuple[bool, tuple | None] | None:
     return breaks_period(labels) or breaks_habit(labels)
 
 
+def skipped_into_next(tracks: Mapping[int, GroupTrack], culprits: tuple[int, ...], waiting: tuple[int, ...],
+                      seq: int) -> tuple[tuple, tuple] | None:
+    """Whether ``culprits``, whose call at ``seq`` differs from the ``waiting`` ranks' call there,
+    skipped that call: each culprit's own history has it call the waiting ranks' call (signature
+    and, where both are known, call site) right after the call it made before ``seq``, and its
+    own call at ``seq`` right after that one (gloo and NCCL paired the next call it made with the
+    one it skipped), while every waiting rank keeps its own order. ((signature id, site) of the
+    call skipped, (signature id, site) of the call made instead); None when the dumps cannot say."""
+    if not culprits or not waiting:
+        return None
+    skipped = group_labels(tracks[waiting[0]], seq)[-1:] if waiting[0] in tracks else []
+    if not skipped or any((v := own_order(tracks[w], seq)) is None or v[0] for w in waiting if w in tracks):
+        return None
+    want_sig, want_site = skipped[0]
+    made = None
+    for r in culprits:
+        labels = group_labels(tracks[r], seq) if r in tracks else []
+        if len(labels) < 3:
+            return None
+        history, last = labels[:-1], labels[-1]
+        pairs = set(zip(history, history[1:]))
+        fits = [a for a in {a for a, _ in pairs} if a[0] == want_sig and (not want_site or not a[1]
+                                                                         or a[1] == want_site)]
+        if not any((history[-1], a) in pairs and (a, last) in pairs for a in fits):
+            return None
+        made = made or last
+    return skipped[0], made
+
+
 def program(trace: RankTrace) -> list[tuple[int, str, str, int]]:
     """One rank's collectives across its groups in call order: (time_ns, group, op, seq) of the
     newest ``HISTORY`` slots of each group, sorted by creation time (then group, seq)."""

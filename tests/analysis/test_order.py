@@ -193,3 +193,43 @@ def test_call_sites_kept_for_different_windows_are_not_a_difference(tmp_path):
     s = analyze_folder(tmp_path)
     assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (1,)
     assert not s.findings[0].evidence, s.findings[0].evidence
+
+
+def _fsdp_like(folder, skipper: int | None, made_op: str = "_allgather_base", made_size: int = 8):
+    """3 ranks, every step an all_reduce from train.py:10 then an all-gather from train.py:30 (as an
+    FSDP2 forward after the step's own collective); at the sixth step ``skipper`` skips the
+    all_reduce and goes on to the next call (``made_op`` / ``made_size``), which the backend pairs
+    with the others' all_reduce."""
+    groups = {"0": ("default_pg", [0, 1, 2])}
+    for rank in range(3):
+        es, rid = [], 0
+        for step in range(6):
+            for k, (op, size, line) in enumerate((("all_reduce", 3, 10), ("_allgather_base", 8, 30))):
+                last = step == 5 and k == 0
+                if last and rank == skipper:
+                    op, size, line = made_op, made_size, 30 if made_op == "_allgather_base" else 40
+                es.append(entry(rid, 2 * step + k + 1, op, size=size, state="scheduled" if last else "completed",
+                                frames=_frame(line, "step")))
+                rid += 1
+                if last:
+                    break
+        write(folder, f"rank_{rank}.pkl", dump(es, groups))
+    return folder
+
+
+def test_a_rank_that_skipped_a_collective_into_its_next_call_is_named_for_the_skip(tmp_path):
+    s = analyze_folder(_fsdp_like(tmp_path, 1))
+    assert s.verdict is Verdict.NOT_ENTERED and s.culprit_ranks == (1,) and s.waiting_ranks == (0, 2)
+    assert s.classification.kind.value == "program_divergence"
+    head = s.findings[0]
+    assert head.message.startswith("not_entered: rank(s) 1 skipped all_reduce[3]/Float (seq 11) of group 0")
+    assert "called _allgather_base[8]/Float there, the call their own earlier steps make right after it" in head.message
+    assert any(e.startswith("program order: rank(s) 1 called _allgather_base") and "train.py:30 in step" in e
+               for e in head.evidence)
+
+
+def test_a_call_never_made_after_the_others_call_stays_an_argument_mismatch(tmp_path):
+    # broadcast where the others all_reduce: not a call that follows the all_reduce in rank 1's history
+    s = analyze_folder(_fsdp_like(tmp_path, 1, made_op="broadcast", made_size=3))
+    assert s.verdict is Verdict.OP_MISMATCH and s.culprit_ranks == (1,)
+    assert s.classification.kind.value == "argument_mismatch"
