@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("gloo_worker.py")
-SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra")
+SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra",
+             "pipe_skip", "pipe_wrong")
 
 
 def free_port() -> int:

@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from lightning_ncclx.dump.p2p_ops import TRACKER, p2p_in_flight
+
 RANK, WORLD, PORT, SCENARIO, OUT = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5])
 CULPRIT = WORLD - 1
 DUMP_DELAY_S = 1.0
@@ -65,7 +67,8 @@ def dump_and_exit(delay: float) -> None:
     context = {"schema": "lightning-ncclx/context/1", "event": "stall-001", "reason": "stall", "rank": RANK,
                "world_size": WORLD, "host": f"host{RANK // 2}", "pg_config": {
                    k: {**v, "ranks": json.loads(v["ranks"])} for k, v in pg_config().items()},
-               "trace_files": [f"rank_{RANK:05d}.gloo.fr.pkl"], "stacks_file": f"rank_{RANK:05d}.stacks.txt"}
+               "trace_files": [f"rank_{RANK:05d}.gloo.fr.pkl"], "stacks_file": f"rank_{RANK:05d}.stacks.txt",
+               "p2p_in_flight": p2p_in_flight()}
     Path(f"{prefix}.context.json").write_text(json.dumps(context))
     (OUT / f"done_{RANK}").touch()
     deadline = time.monotonic() + 60
@@ -123,6 +126,26 @@ def rank_dependent_collectives() -> None:
     dist.broadcast(x, src=root)
 
 
+def pipeline(fault: str) -> None:
+    """Every step stage r receives from r-1, sends to r+1 (a gloo group of its own, its sends and
+    recvs watched by the plugin's tracker, as the watchdog does) and joins the step's all_reduce.
+    At the fourth step stage 1 skips its send (``pipe_skip``) or sends to stage 0 instead
+    (``pipe_wrong``)."""
+    pipe = dist.new_group(backend="gloo")
+    TRACKER.attach()
+    act = torch.ones(4)
+    for step in range(4):
+        faulty = RANK == 1 and step == 3
+        if step == 3:
+            start_dumper()
+        if RANK > 0:
+            dist.recv(act, RANK - 1, group=pipe)
+        if RANK < WORLD - 1 and not (faulty and fault == "pipe_skip"):
+            dist.send(act, 0 if faulty else RANK + 1, group=pipe)
+        step_a(torch.ones(4))
+    wait_outside_collectives()
+
+
 def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT}", rank=RANK, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=30))
@@ -131,6 +154,8 @@ def main() -> None:
     other = dist.new_group(list(range(WORLD))) if SCENARIO == "order" else None
     for _ in range(3):
         step_a(t)
+    if SCENARIO in ("pipe_skip", "pipe_wrong"):
+        pipeline(SCENARIO)
     if SCENARIO == "healthy":
         dist.barrier()
         dump_and_exit(0.0)
