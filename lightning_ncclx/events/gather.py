@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top
+from lightning_ncclx.errors import DumpReadError
 from lightning_ncclx.events.collection import CollectionResult, collection_document, write_collection
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full
@@ -57,6 +58,9 @@ def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int,
         return None, {}, None
     try:
         summary = analyze(loaded) if loaded is not None else analyze_folder(folder, extra_roots=extra_roots)
+    except DumpReadError as error:  # the event folder could not be made: said once, without a traceback
+        log.error("[rank %d] nothing to summarize: %s", rank, error)
+        return None, {}, None
     except Exception:  # noqa: BLE001
         log.error("[rank %d] analyzing %s failed; the dumps stay there", rank, folder, exc_info=True)
         return None, {}, None
@@ -136,7 +140,8 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
         shutil.rmtree(folder / INCOMING_FOLDER, ignore_errors=True)
     if summary is not None:
         result.summary = summary
-        result.verdict = str(getattr(summary, "verdict", None))
+        # with no dump read there is nothing to judge: no verdict (the analyzer's "no_hang" would mislead)
+        result.verdict = str(getattr(summary, "verdict", None)) if getattr(summary, "inputs", ()) else None
         result.culprit_ranks = [int(r) for r in getattr(summary, "culprit_ranks", ()) or ()]
         try:
             result.hang_kind = summary.classification.kind.value

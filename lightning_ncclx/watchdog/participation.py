@@ -190,8 +190,13 @@ class EventParticipation:
             initiator_rank=event.initiator, progress=progress, stack_traces=rt.stack_traces,
             exception=exception, cuda_device=rt.cuda_device,
         )
-        log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", rt.rank, event.name,
-                    event.reason, event.initiator, len(files), folder)
+        if files:
+            log.warning("[rank %d] %s (%s, initiator rank %d): wrote %d file(s) to %s", rt.rank, event.name,
+                        event.reason, event.initiator, len(files), folder)
+        else:
+            log.error("[rank %d] %s (%s, initiator rank %d): no file of this rank's dump could be written to %s "
+                      "(see the errors above): check flight_recorder.dump_dir", rt.rank, event.name, event.reason,
+                      event.initiator, folder)
         rt.write_side_files(folder)
         rt.events_taken_part += 1
         return files

@@ -466,7 +466,9 @@ class WatchdogRuntime:
             )
         self.results.append(result)
         self.report_kind(event, result.hang_kind, result.restart_advice)
-        header = (f"[rank {self.rank}] {event.name}: dumps from ranks {result.dumped_ranks}"
+        read = sorted({i.rank for i in getattr(result.summary, "inputs", ())})
+        header = (f"[rank {self.rank}] {event.name}: "
+                  + (f"dumps from ranks {read}" if read else "no dump could be written or read")
                   + (f", NO dump from ranks {result.missing_ranks}" if result.missing_ranks else "")
                   + (f" (process gone: ranks {result.gone_ranks})" if result.gone_ranks else "")
                   + f"; verdict {result.verdict}, culprit ranks {result.culprit_ranks}; folder {folder}")

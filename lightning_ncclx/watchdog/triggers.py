@@ -299,6 +299,8 @@ class FileTrigger:
         self.checker = checker
         self.every_seconds = every_seconds
         self._next_check = 0.0
+        self._failing: str | None = None
+        """Why the last check failed (logged once per reason, not at every check)."""
 
     def taken(self, now: float) -> bool:
         """True when this rank took the trigger file (at most one check per ``every_seconds``)."""
@@ -309,10 +311,16 @@ class FileTrigger:
         try:
             os.rename(self.path, claimed)
         except FileNotFoundError:
+            self._failing = None
             return False
-        except OSError:
-            log.warning("could not take the dump trigger %s", self.path, exc_info=True)
+        except OSError as error:
+            reason = f"{type(error).__name__}: {error.strerror or error}"
+            if reason != self._failing:
+                log.error("the dump folder %s cannot be used (%s): %s is not looked for until it can; fix "
+                          "flight_recorder.dump_dir or its permissions", self.path.parent, reason, self.path.name)
+            self._failing = reason
             return False
+        self._failing = None
         try:
             claimed.unlink()
         except OSError:
