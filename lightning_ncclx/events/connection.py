@@ -124,6 +124,7 @@ class StoreClient:
         self._failures = 0
         self.reconnects = 0
         self.owned = owned
+        self._closed = False
         if store is not None and owned:
             self._apply_timeout(store)
 
@@ -140,8 +141,17 @@ class StoreClient:
             return store
         return self._reopen(None)
 
+    def close(self) -> None:
+        """Drop this client's connection now, not whenever the garbage collector frees it; a
+        later request raises :class:`StoreUnavailable`."""
+        with self._lock:
+            self._closed = True
+            self._store = None
+
     def _reopen(self, broken: Any) -> Any:
         with self._lock:
+            if self._closed:
+                raise StoreUnavailable("this store client was closed")
             if self._store is not broken and self._store is not None:
                 return self._store  # another thread reconnected meanwhile
             if self._opener is None:
@@ -285,6 +295,7 @@ def release_client(client: StoreClient) -> None:
             if held is client:
                 if users <= 1:
                     del _shared[key]
+                    client.close()
                 else:
                     _shared[key] = (held, users - 1)
                 return
