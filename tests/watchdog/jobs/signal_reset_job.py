@@ -3,7 +3,7 @@ taken from the watchdog by native code after set-up, as a native library would, 
 
     python signal_reset_job.py --mode libc_reset --dump-dir /tmp/d
 
-Modes (the change at training batch 2, ``kill -USR2`` to itself at batch 4 unless said):
+Modes (the change at training step 2, ``kill -USR2`` to itself at step 4 unless said):
 ``libc_reset`` (libc's ``signal(SIGUSR2, SIG_DFL)`` through ctypes: the action that ends the
 process), ``libc_reset_in_a_stuck_step`` (the same, then the kill 1 s later in the same step, no
 step boundary in between: only the watchdog thread can undo it), ``c10_handler_removed`` (c10's
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -53,22 +54,26 @@ class Model(LightningModule):
 
     def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
         mode = self.args.mode
-        if batch_idx == RESET_AT and mode in ("libc_reset", "libc_reset_in_a_stuck_step"):
+        step = self.global_step  # batch_idx starts again every epoch: each change happens once
+        if step == RESET_AT and mode in ("libc_reset", "libc_reset_in_a_stuck_step"):
             reset_to_default_in_c()
             print("native reset done", flush=True)
-        if batch_idx == RESET_AT and mode == "c10_handler_removed":
+        if step == RESET_AT and mode == "c10_handler_removed":
             torch._C._set_print_stack_traces_on_fatal_signal(False)
             print("native handler removed", flush=True)
-        if batch_idx == RESET_AT and mode == "libc_reset_in_a_stuck_step":
+        if step == RESET_AT and mode == "libc_reset_in_a_stuck_step":
             time.sleep(1.0)  # the watchdog thread polls every 0.2 s meanwhile
             os.kill(os.getpid(), signal.SIGUSR2)
             print("signal sent", flush=True)
-        if batch_idx == KILL_AT and mode in ("libc_reset", "c10_handler_removed"):
+        if step == KILL_AT and mode in ("libc_reset", "c10_handler_removed"):
             os.kill(os.getpid(), signal.SIGUSR2)  # as `kill -USR2 <pid>` would
             print("signal sent", flush=True)
         time.sleep(self.args.step_seconds)
         done = any((folder / "summary.json").exists() for folder in Path(self.args.dump_dir).rglob("ondemand-*"))
-        if done or time.monotonic() - self.started > self.args.max_seconds:
+        stop = torch.tensor([float(done or time.monotonic() - self.started > self.args.max_seconds)])
+        if dist.is_initialized():
+            dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+        if stop.item() > 0:
             self.trainer.should_stop = True
         return self.layer(batch[0]).pow(2).mean()
 
