@@ -247,7 +247,8 @@ class Setup:
         env = job_env()
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         if mode == "overhead_ddp":
-            env["TORCH_FR_BUFFER_SIZE"] = "0"  # stock ddp with the recorder off
+            # stock ddp with the recorder off, under both names (an older ProcessGroupNCCL reads the old one)
+            env["TORCH_FR_BUFFER_SIZE"] = env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "0"
         log = open(out / "job.log", "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen([sys.executable, str(self.fit_script), str(out / "cfg.json")], cwd=out, env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -288,6 +289,7 @@ def check_signal_stages(setup: Setup) -> None:
     out.mkdir()
     done = subprocess.run([sys.executable, "-c", PROBE_JOB, str(out), "cuda" if setup.cuda else "cpu", str(free_port())],
                           cwd=out, env=job_env(), capture_output=True, text=True, timeout=180)
+    print(done.stdout, end="", flush=True)  # one line per stage
     stages_file = out / "stages.json"
     if done.returncode != 0 or not stages_file.exists():
         record("signal-stages", False, f"exit {done.returncode}: {done.stderr[-800:]}")
