@@ -4,11 +4,11 @@ Keys (under the plugin's ``lightning_ncclx/`` prefix, through the connection the
 ``lightning_ncclx.events.connection.shared_client``):
 
 ``straggler/<fit>/<interval>/<rank>``  one rank's ``IntervalSummary`` as compact JSON
-``straggler/<fit>/<interval>/n``       counter of ranks that wrote theirs (``add``)
+``straggler/<fit>/<interval>/n``       roster of the ranks that wrote theirs (one line each, appended)
 
 ``<fit>`` counts the fits of this process (every rank runs the same sequence), so a second
 ``trainer.fit`` never reads the first one's keys. The reader only uses requests that never wait
-(``add(key, 0)`` and non-blocking reads), checks every value (another store client may have
+(non-blocking reads), checks every value (another store client may have
 written it: it must name the rank of its key, with finite, non-negative seconds) and deletes an
 interval's keys once read.
 """
@@ -20,12 +20,14 @@ import logging
 import math
 from typing import Any
 
+from lightning_ncclx.events.wire import parse_rank_lines
 from lightning_ncclx.straggler.timings import IntervalSummary
 
 log = logging.getLogger(__name__)
 
 MAX_SUMMARY_BYTES = 16 * 1024
 MAX_PARTS = 32
+DEFAULT_WORLD = 1 << 20
 
 
 def _base(fit: int, interval: int) -> str:
@@ -35,16 +37,14 @@ def _base(fit: int, interval: int) -> str:
 def publish(store: Any, fit: int, summary: IntervalSummary) -> None:
     base = _base(fit, summary.interval)
     store.set(f"{base}/{summary.rank}", json.dumps(summary.to_compact(), separators=(",", ":")))
-    store.add(f"{base}/n", 1)
+    store.append(f"{base}/n", f"{summary.rank}\n")  # never ``add``: on a planted value it costs the connection
 
 
-def arrived(store: Any, fit: int, interval: int) -> int:
-    """How many ranks have published ``interval`` (0 when none has, or the counter holds what
-    ``add`` never writes). Read, not ``add``: an ``add`` on a planted value costs the connection."""
-    raw = store.read(f"{_base(fit, interval)}/n")
-    if not raw or len(raw) > 12 or not raw.strip().lstrip(b"-").isdigit():
-        return 0
-    return max(0, int(raw))
+def arrived(store: Any, fit: int, interval: int, world_size: int = DEFAULT_WORLD) -> int:
+    """How many ranks of ``world_size`` have published ``interval`` (lines another client
+    planted in the roster are not counted)."""
+    ranks, _ = parse_rank_lines(store.read(f"{_base(fit, interval)}/n"), world_size, "straggler roster")
+    return len(ranks)
 
 
 def collect(store: Any, fit: int, interval: int, world_size: int) -> list[IntervalSummary]:

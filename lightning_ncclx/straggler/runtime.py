@@ -125,9 +125,9 @@ class StragglerRuntime:
     def _collect_ready(self) -> bool:
         """Score every complete interval in order; True when the next one is partly there."""
         while True:
-            arrived = exchange.arrived(self.store, self.fit, self._next_interval)
-            if arrived >= self.world_size or (
-                    arrived > 0 and exchange.arrived(self.store, self.fit, self._next_interval + 1) >= self.world_size):
+            arrived = exchange.arrived(self.store, self.fit, self._next_interval, self.world_size)
+            if arrived >= self.world_size or (arrived > 0 and exchange.arrived(
+                    self.store, self.fit, self._next_interval + 1, self.world_size) >= self.world_size):
                 # A later interval complete while this one is not: a rank skipped it; score who came.
                 summaries = exchange.collect(self.store, self.fit, self._next_interval, self.world_size)
                 self._next_interval += 1
