@@ -166,7 +166,7 @@ def write_rank_dump(
         "cuda_memory": _cuda_memory(cuda_device),
         "p2p_in_flight": _safe(p2p_in_flight, []),
     }
-    for key in ("stall_events", "last_stall_event", "detection"):
+    for key in ("stall_events", "last_stall_event", "detection", "store_lost"):
         if key in progress:
             context[key] = progress[key]
     try:

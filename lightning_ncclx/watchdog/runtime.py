@@ -26,7 +26,7 @@ from lightning_ncclx.alerts import AlertNotifier
 from lightning_ncclx.config import AlertsConfig, StallAction, WatchdogConfig
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.writer import format_stacks
-from lightning_ncclx.events.connection import StoreClient, release_client, shared_client
+from lightning_ncclx.events.connection import StoreAddress, StoreClient, StoreUnavailable, release_client, shared_client
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.doorbell import Doorbell
 from lightning_ncclx.events.gather import CollectionResult, gather_and_summarize
@@ -37,6 +37,7 @@ from lightning_ncclx.watchdog.consensus import Consensus, ConsensusBoard, Pictur
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase, Stall
 from lightning_ncclx.watchdog import observer_hold
 from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, EventParticipation, scaled
+from lightning_ncclx.watchdog.store_lost import dump_without_store, store_lost_name
 from lightning_ncclx.watchdog.teardown_guard import guard_exit
 from lightning_ncclx.watchdog.triggers import FileTrigger, SignalWakeup, checks_file_trigger
 
@@ -50,6 +51,9 @@ rank at once is one request)."""
 PARENT_EXIT_WAIT_SECONDS = 30.0
 """How long a rank started by another rank's process waits for that parent to exit first."""
 ARM_RETRY_SECONDS = 5.0
+STORE_PROBE_AFTER_SECONDS = 2.0
+"""An exception whose rank's watchdog stays busy this long asks whether the store still answers."""
+STORE_PROBE_TIMEOUT_SECONDS = 2.0
 
 
 def _job_identity() -> tuple[int, int, Any]:
@@ -75,6 +79,7 @@ class WatchdogRuntime:
         self.stack_traces = stack_traces
         self.heartbeat = Heartbeat(config, clock=clock)
         self.rank, self.world_size, job_store = _job_identity()
+        self._store_address = StoreAddress.of(job_store)
         self.client: StoreClient = shared_client(job_store, op_timeout_seconds=config.poll_interval_seconds)
         self.coordinator = EventCoordinator(
             self.client, self.rank, self.world_size, clock=clock,
@@ -247,7 +252,11 @@ class WatchdogRuntime:
             if self._stop.is_set():
                 return
             if self._poll_again or rung or not self.listening():
-                event = self.coordinator.poll()
+                try:
+                    event = self.coordinator.poll()
+                except StoreUnavailable:  # its host may have died: this rank's own stall check still runs
+                    log.debug("[rank %d] polling for events failed", self.rank, exc_info=True)
+                    event = None
                 self._poll_again = event is not None
                 if event is not None:
                     self._take_part(event)
@@ -282,8 +291,15 @@ class WatchdogRuntime:
                 self.heartbeat.mark_reported(stall.seq)
 
     def _start_event(self, reason: str) -> bool:
-        """Propose an event and take part in the one agreed on; False when none could be taken."""
-        event = self.coordinator.propose(reason)
+        """Propose an event and take part in the one agreed on; False when none could be taken.
+        A stall whose event cannot reach the store is dumped here alone (:mod:`store_lost`)."""
+        try:
+            event = self.coordinator.propose(reason)
+        except StoreUnavailable as error:
+            if reason != "stall":
+                raise
+            self._dump_without_store(reason, None, error)
+            return True
         if event is None:
             return False
         self._take_part(event, detected=True)
@@ -369,6 +385,28 @@ class WatchdogRuntime:
         if event.reason in ("stall", "exception"):
             self._incident = (event, batches)
         return result
+
+    def _store_answers(self) -> bool:
+        """Whether a new connection to the job's TCPStore opens (True where that cannot be tried)."""
+        if self._store_address is None:
+            return True
+        try:
+            self._store_address.connect(connect_timeout_seconds=STORE_PROBE_TIMEOUT_SECONDS)
+        except Exception:  # noqa: BLE001 - refused, reset or timed out: its host is gone
+            log.debug("[rank %d] the job's store does not answer", self.rank, exc_info=True)
+            return False
+        return True
+
+    def _dump_without_store(self, reason: str, exception: str | None, error: BaseException) -> None:
+        """Once per incident: this rank's dump, stacks and a note, without the store."""
+        self.native_stacks_disarm()
+        dump_without_store(self.dump_dir, rank=self.rank, number=self.coordinator.last_seen + 1, reason=reason,
+                           exception=exception, error=error,
+                           progress=dict(self.heartbeat.progress(), stall_events=self.stall_events),
+                           stack_traces=self.stack_traces, cuda_device=self.cuda_device)
+        number = self.coordinator.last_seen + 1
+        self._incident = (EventMeta.new(number, reason, self.rank, time.time(), store_lost_name(number)),
+                          self.heartbeat.batches)
 
     def _follows_incident(self) -> EventMeta | None:
         """The stall or exception event this rank dumped for, when no training batch ended since
@@ -550,7 +588,14 @@ class WatchdogRuntime:
         if isinstance(exception, (KeyboardInterrupt, SystemExit)):
             log.info("[rank %d] %s: no exception dump (send SIGUSR2 for an on-demand one)", self.rank, text)
             return
-        if not self._event_lock.acquire(timeout=self.config.collect_timeout_seconds + 10.0):
+        locked = self._event_lock.acquire(timeout=STORE_PROBE_AFTER_SECONDS)
+        # a busy watchdog (reconnecting to a dead store) or a lost listener: ask the store first
+        if (not locked or not self.listening()) and not self._store_answers():
+            if locked:
+                self._event_lock.release()
+            self._dump_without_store("exception", text, StoreUnavailable("the job's store refused a new connection"))
+            return
+        if not locked and not self._event_lock.acquire(timeout=self.config.collect_timeout_seconds + 10.0):
             log.warning("[rank %d] the watchdog is busy: no exception dump", self.rank)
             return
         event = None
@@ -564,7 +609,10 @@ class WatchdogRuntime:
             elif self._still_in_incident(f"raised {text[:200]}"):
                 pass
             else:
-                event = self.coordinator.propose("exception")  # a concurrent event: joined, the exception in its dump
+                try:
+                    event = self.coordinator.propose("exception")  # a concurrent event: joined, the exception in its dump
+                except StoreUnavailable as error:  # its host died: the evidence stays on this disk
+                    self._dump_without_store("exception", text, error)
                 if event is not None:
                     self._take_part(event, exception=text)
         except Exception:  # noqa: BLE001

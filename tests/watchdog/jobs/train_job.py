@@ -11,7 +11,7 @@ all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (S
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``stuck_pipeline`` (every step each rank receives from the rank before
 and sends to the next on a gloo group; the fault rank gets stuck before its send), ``pipeline_wrong_peer`` (the same pipeline; the fault rank sends to the rank before instead of the next), ``pipeline_skip_send`` (the same pipeline; the fault rank skips one send and goes on), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
-itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
+itself), ``hang_at_exit`` (every rank hangs in an atexit handler after a healthy fit), ``hold_gil`` (a regex that holds the GIL for hours: its watchdog thread cannot run), ``bigger_all_reduce`` (an all_reduce of 8 floats on the sub-group where the others all_reduce 3: gloo aborts the rank before it in the ring, rank 0 and the store it hosts for fault rank 1 of 3), ``stuck_epoch_end`` (sleeps in on_train_epoch_end
 while the others all_reduce there), ``healthy_slow`` (slow first step, slow steps, a long
 validation batch, a slow checkpoint and a slow start of the second epoch's loader: no alarm
 expected), ``slow_state_dict`` (every 3 steps a checkpoint whose ``state_dict()`` takes 4.5 s, as
@@ -267,6 +267,8 @@ class Model(LightningModule):
             os.kill(os.getpid(), signal.SIGKILL)  # OOM killer, segfault, node trouble: no Python runs
         if faulty and a.fault == "raise":
             raise RuntimeError(f"injected failure on rank {r} at batch {batch_idx}")
+        if faulty and a.fault == "bigger_all_reduce" and self.sub is not None:
+            dist.all_reduce(torch.ones(8), group=self.sub)
         t = torch.ones(3)
         if a.no_step_collective:
             pass  # only the strategy's own collectives (DDP's buckets, FSDP's all-gathers and reduce-scatters)
