@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -91,6 +91,8 @@ def _classify(summary: Summary) -> Classification:
         return _without_finding(summary)
     raised = {r: e for r, e in (summary.context.get("exceptions") or {}).items()
               if str(r).isdigit() and int(r) in head.ranks and e}
+    if raised and head.kind in _MISMATCHES and all(_lost_its_peer(e) for e in raised.values()):
+        return _mismatch_that_aborted(summary, head, raised)
     if raised:
         return _raised(summary, head, raised)
     if _in_teardown(summary, head):
@@ -226,6 +228,15 @@ def _lost(summary: Summary, head: Finding) -> Classification:
     advice = (f"the log of rank(s) {_r(head.ranks)}: its last lines before it exited",
               f"the kernel log{on}: `dmesg -T | grep -i -e oom -e killed -e xid` (OOM killer, GPU errors)",
               "the scheduler's record of the job (`sacct -j $SLURM_JOB_ID --format=JobID,State,ExitCode,NodeList`)")
+    if head.group.lib == "gloo" and _others_in_a_collective(summary, head):
+        return Classification(
+            HangKind.rank_lost, f"the process of rank(s) {_r(head.ranks)}{on} was gone while the others waited in a "
+            "collective: a crash, an OOM kill or a node loss, or gloo aborting it because its arguments of that "
+            "collective (size or dtype) differ from its peers' (the dumps cannot tell which)",
+            (f"the log of rank(s) {_r(head.ranks)}: `{_GLOO_ABORT}` there means the arguments differ (the rank with the "
+             "smaller buffer is the one aborted): fix the program", *advice), RestartAction.do_not_restart,
+            "if gloo aborted it for mismatched arguments, a restart fails the same way: restart once its log shows "
+            "another cause (an OOM kill, a node failure)")
     if hosts and set(hosts) != set(summary.hosts.values()):  # never advise excluding every host of the job
         return Classification(HangKind.rank_lost, f"the process of rank(s) {_r(head.ranks)}{on} was gone (crash, "
                               "OOM kill or node loss) while the others waited for it", advice,
@@ -234,6 +245,37 @@ def _lost(summary: Summary, head: Finding) -> Classification:
     return Classification(HangKind.rank_lost, f"the process of rank(s) {_r(head.ranks)} was gone (crash, OOM kill "
                           "or node loss) while the others waited for it", advice, RestartAction.restart,
                           "a lost rank is restartable; its host is unknown, so none can be excluded")
+
+
+_MISMATCHES = (Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH, Verdict.OP_MISMATCH)
+_GLOO_ABORT = "EnforceNotMet ... op.preamble.length <= op.nbytes"
+_PEER_LOST = ("connection reset by peer", "connection closed by peer", "broken pipe", "read error", "write error")
+
+
+def _lost_its_peer(text: str) -> bool:
+    """The exception of a rank whose peer went away (gloo's transport), not of its own code."""
+    return any(word in text.lower() for word in _PEER_LOST)
+
+
+def _mismatch_that_aborted(summary: Summary, head: Finding, raised: dict[str, str]) -> Classification:
+    """A mismatched collective whose culprit then lost its connection to a peer: gloo aborts the
+    process of the rank that receives more than its buffer holds; the exception is a consequence."""
+    c = _mismatch(summary, head)
+    gone = [r for r in summary.ranks_missing if r not in head.ranks]
+    rank, text = next(iter(sorted(raised.items(), key=lambda kv: int(kv[0]))))
+    line = (f"rank {rank} then lost its connection to a peer ({text.splitlines()[0][:160]}): gloo aborts the process "
+            f"of a rank whose buffer is smaller than what the mismatched call sends it (`{_GLOO_ABORT}` in its log)"
+            + (f"; rank(s) {_r(tuple(gone))} left no dump" if gone else ""))
+    return replace(c, advice=c.advice + (line,))
+
+
+def _others_in_a_collective(summary: Summary, head: Finding) -> bool:
+    """The others waited in a collective when the rank went, or lost their connection to it there."""
+    waiting = set(head.waiting_ranks)
+    if any(row.rank in waiting and row.state == "in_collective" for row in summary.per_rank):
+        return True
+    raised = summary.context.get("exceptions") or {}
+    return any(str(r) in raised and _lost_its_peer(str(raised[str(r)])) for r in waiting)
 
 
 _TRANSIENT = ("cuda", "nccl", "out of memory", "timeout", "timed out", "ecc", "connection", "socket", "broken pipe",

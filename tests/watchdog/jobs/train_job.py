@@ -7,7 +7,8 @@ Run as a script (Lightning's ``ddp`` launcher re-runs it once per extra rank)::
 Faults (on rank ``--fault-rank`` at training batch ``--at-batch``): ``none``, ``skip_collective``
 (skips an all_reduce on a sub-group), ``skip_world_collective`` (skips an all_reduce on the default
 group, which DDP's gradient all_reduce then meets), ``other_collective`` (all_gather where the others
-all_reduce), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
+all_reduce), ``dtype_mismatch`` / ``half_dtype_mismatch`` (the step's all_reduce of 3 doubles / 3 halves
+where the others all_reduce 3 floats: gloo aborts the rank with the smaller buffer), ``stuck_train`` (sleeps in training_step), ``signal_then_stuck`` (SIGUSR2 to itself, then
 sleeps in the same training_step), ``stuck_loader`` (sleeps in the dataset),
 ``raise`` (RuntimeError in training_step), ``stuck_pipeline`` (every step each rank receives from the rank before
 and sends to the next on a gloo group; the fault rank gets stuck before its send), ``pipeline_wrong_peer`` (the same pipeline; the fault rank sends to the rank before instead of the next), ``pipeline_skip_send`` (the same pipeline; the fault rank skips one send and goes on), ``die`` (SIGKILLs itself), ``freeze`` (SIGSTOPs
@@ -270,6 +271,8 @@ class Model(LightningModule):
         if faulty and a.fault == "bigger_all_reduce" and self.sub is not None:
             dist.all_reduce(torch.ones(8), group=self.sub)
         t = torch.ones(3)
+        if faulty and a.fault in ("dtype_mismatch", "half_dtype_mismatch"):  # gloo aborts a rank of the call
+            t = torch.ones(3, dtype=torch.float64 if a.fault == "dtype_mismatch" else torch.float16)
         if a.no_step_collective:
             pass  # only the strategy's own collectives (DDP's buckets, FSDP's all-gathers and reduce-scatters)
         elif a.fault == "skip_world_collective" and dist.is_initialized():

@@ -1,0 +1,87 @@
+"""A rank aborted inside a collective whose arguments differ is the program's fault, not a lost
+node: gloo aborts the process of the rank whose buffer is smaller than what the call sends it, and
+its peers then lose their connection to it (synthetic gloo dumps; the real jobs are in
+test_kind_aborts_jobs.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synth import collectives, dump, entry, write
+
+from lightning_ncclx.analysis import analyze_folder
+
+GROUPS = {"0": ("default_pg", [0, 1, 2])}
+RESET = ("RuntimeError: [gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:43716: Connection reset by peer. "
+         "This is typically caused by a remote worker hanging or bugs")
+
+
+def _rank(folder: Path, rank: int, entries: list, exception: str | None = None) -> None:
+    write(folder, f"rank_{rank:05d}.gloo.fr.pkl", dump(entries, GROUPS))
+    ctx = {"rank": rank, "world_size": 3, "host": f"node-{rank}", "event": "exception-rank2-001",
+           "reason": "exception", "phase": "train_step", "trace_files": [f"rank_{rank:05d}.gloo.fr.pkl"],
+           **({"exception": exception} if exception else {})}
+    (folder / f"rank_{rank:05d}.context.json").write_text(json.dumps(ctx))
+
+
+def _gone(folder: Path, rank: int) -> None:
+    (folder / f"rank_{rank:05d}.context.json").write_text(json.dumps({"rank": rank, "host": f"node-{rank}"}))
+    (folder / "collection.json").write_text(json.dumps({"gone_ranks": [rank], "missing_ranks": [rank]}))
+
+
+def test_a_mismatch_whose_culprit_then_lost_its_peer_is_an_argument_mismatch(tmp_path):
+    # rank 2 all_reduces doubles where the others use floats; gloo aborted rank 1, rank 2 raised
+    _rank(tmp_path, 0, collectives(8, lib="gloo", last_state="scheduled"))
+    doubles = collectives(7, lib="gloo") + [entry(7, 8, lib="gloo", dtype="Double", state="scheduled")]
+    _rank(tmp_path, 2, doubles, exception=RESET)
+    _gone(tmp_path, 1)
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["culprit_ranks"] == [2] and d["verdict"] == "dtype_mismatch"
+    assert (d["hang_kind"], d["restart_advice"]["action"]) == ("argument_mismatch", "do_not_restart"), d["hang_kind_reason"]
+    assert d["advice"][-1].startswith("rank 2 then lost its connection to a peer (RuntimeError: ")
+    assert "EnforceNotMet ... op.preamble.length <= op.nbytes" in d["advice"][-1]
+    assert d["advice"][-1].endswith("; rank(s) 1 left no dump")
+
+
+def test_an_exception_of_the_program_on_a_mismatch_culprit_stays_its_own(tmp_path):
+    _rank(tmp_path, 0, collectives(8, lib="gloo", last_state="scheduled"))
+    doubles = collectives(7, lib="gloo") + [entry(7, 8, lib="gloo", dtype="Double", state="scheduled")]
+    _rank(tmp_path, 2, doubles, exception="ValueError: bad batch")
+    _gone(tmp_path, 1)
+    d = analyze_folder(tmp_path).to_dict()
+    assert (d["hang_kind"], d["restart_advice"]["action"]) == ("rank_lost", "do_not_restart")
+    assert d["hang_kind_reason"].startswith("rank 2 raised an exception")
+
+
+def test_a_gloo_rank_gone_while_the_others_wait_in_a_collective_is_not_restarted(tmp_path):
+    # rank 2 left no dump and its process is gone; ranks 0 and 1 wait in the all_reduce: it may have
+    # crashed, or gloo aborted it for a smaller buffer than its peers'. The dumps cannot tell.
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo", last_state="scheduled"))
+    _gone(tmp_path, 2)
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["hang_kind"] == "rank_lost" and d["culprit_ranks"] == [2]
+    assert d["restart_advice"] == {"action": "do_not_restart", "reason": d["restart_advice"]["reason"],
+                                   "hosts_to_exclude": []}
+    assert "a restart fails the same way" in d["restart_advice"]["reason"]
+    assert "the dumps cannot tell which" in d["hang_kind_reason"]
+    assert d["advice"][0].startswith("the log of rank(s) 2: `EnforceNotMet ... op.preamble.length <= op.nbytes`")
+
+
+def test_a_rank_gone_after_the_others_finished_their_collectives_is_restarted_without_its_host(tmp_path):
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo"))
+    _gone(tmp_path, 2)
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["hang_kind"] == "rank_lost"
+    assert (d["restart_advice"]["action"], d["hosts_to_exclude"]) == ("restart_excluding_hosts", ["node-2"])
+
+
+def test_a_gloo_rank_gone_whose_peers_lost_their_connection_to_it_is_not_restarted(tmp_path):
+    # ranks 0 and 1 raised when rank 2 went, so their collective ended: the abort happened inside it
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo"), exception="RuntimeError: Connection closed by peer")
+    _gone(tmp_path, 2)
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["culprit_ranks"] == [2] and d["restart_advice"]["action"] == "do_not_restart", d["hang_kind_reason"]
