@@ -1,8 +1,10 @@
-"""When the job's store dies with its host, the evidence survives: a real 3-rank Lightning job on
-gloo whose ranks are started by hand; rank 1 all_reduces 8 floats where the others all_reduce 3,
-and gloo aborts rank 0, whose process hosts the TCPStore. Ranks 1 and 2 then fail ("Connection
-closed by peer") and cannot reach the store: each writes its own dump, stacks and a note into
-``store-lost-001``, and ``lightning-ncclx summarize`` of that folder names rank 0 missing."""
+"""When the job's store dies with its host, the evidence survives. Real 3-rank Lightning jobs on
+gloo: rank 1 all_reduces 8 floats where the others all_reduce 3, and gloo aborts rank 0. Started
+by hand, rank 0's process hosts the TCPStore: ranks 1 and 2 then fail ("Connection closed by
+peer") and cannot reach the store, so each writes its own dump, stacks and a note into
+``store-lost-001``, and ``lightning-ncclx summarize`` of that folder names rank 0 missing. Under
+torchrun the store lives in its agent (c10d rendezvous): the usual event, one summary naming
+rank 0's process gone."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from support import clean_env, contexts
-from watchdog.harness import REPO, run_ranks_by_hand
+from support import PYTHON, clean_env, contexts, run_job
+from watchdog.harness import JOB, REPO, run_ranks_by_hand
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,3 +39,18 @@ def test_without_the_store_every_surviving_rank_dumps_and_summarize_names_the_mi
     summary = json.loads(done.stdout)
     assert summary["ranks_missing"] == [0] and summary["ranks_seen"] == [1, 2], summary["ranks_missing"]
     assert any(f["ranks"] == [0] for f in summary["findings"]), [f["message"] for f in summary["findings"]]
+
+
+def test_with_the_store_apart_from_rank_0_the_event_is_summarized_as_usual(tmp_path: Path) -> None:
+    torchrun = str(Path(PYTHON).parent / "torchrun")
+    dump_dir = tmp_path / "dumps"
+    result = run_job([torchrun, "--standalone", "--nproc_per_node=3", str(JOB), "--fault", "bigger_all_reduce",
+                      "--fault-rank", "1", "--devices", "3", "--dump-dir", str(dump_dir), "--strategy", "ddp_ncclx",
+                      "--on-stall", "dump"], cwd=tmp_path, env=clean_env({"OMP_NUM_THREADS": "1"}), timeout=240)
+    assert not result.timed_out, result.tail(80)
+    events = sorted(p for p in dump_dir.iterdir() if p.is_dir() and p.name.startswith(("exception-", "stall-")))
+    assert len(events) == 1 and not list(dump_dir.glob("store-lost-*")), (events, result.tail(80))
+    collection = json.loads((events[0] / "collection.json").read_text())
+    assert 0 in collection["missing_ranks"] and 0 in collection["gone_ranks"], collection
+    summary = json.loads((events[0] / "summary.json").read_text())
+    assert 0 in summary["ranks_missing"], summary["ranks_missing"]
