@@ -126,6 +126,9 @@ def detect(args: argparse.Namespace) -> list[dict]:
     rows = []
     modes = (True, False) if args.compare_threshold else (True,)
     with tempfile.TemporaryDirectory(prefix="ncclx-consensus-") as tmp:
+        if args.keep is not None:  # every job's folder (dumps, job.out, job.err) stays there
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="run-", dir=args.keep)
         for ranks in (int(r) for r in args.ranks.split(",")):
             for strategy in args.strategies.split(","):
                 for fault in args.faults.split(","):
@@ -275,6 +278,7 @@ def main() -> int:
     d.add_argument("--strategies", default=",".join(STRATEGIES))
     d.add_argument("--compare-threshold", action="store_true", help="each case again with consensus off")
     d.add_argument("--runs", type=int, default=1, help="runs of each case (p50 and p90 of fault -> summary)")
+    d.add_argument("--keep", type=Path, default=None, help="keep every job's folder under this one")
     d.add_argument("--target-s", type=float, default=10.0)
     d.add_argument("--at-batch", type=int, default=25, help="after the 20-step warm-up of the learned threshold")
     d.add_argument("--json", type=Path, default=None)
