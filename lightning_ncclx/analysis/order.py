@@ -18,6 +18,9 @@ from lightning_ncclx.analysis.wording import ranks_text
 MAX_PERIOD = 16
 HISTORY = 64
 """Newest calls per group looked at: enough for a period, cheap at any size."""
+SAMPLE = 16
+"""Ranks of each side whose own order :func:`skipped_into_next` reads (16,384 waiting ranks would
+cost seconds; ranks of one side share their order)."""
 
 
 def period_of(history: Sequence[Hashable]) -> int | None:
@@ -127,16 +130,18 @@ def skipped_into_next(tracks: Mapping[int, GroupTrack], culprits: tuple[int, ...
     skipped that call: each culprit's own history has it call the waiting ranks' call (signature
     and, where both are known, call site) right after the call it made before ``seq``, and its
     own call at ``seq`` right after that one (gloo and NCCL paired the next call it made with the
-    one it skipped), while every waiting rank keeps its own order. ((signature id, site) of the
+    one it skipped), while every waiting rank keeps its own order (the first :data:`SAMPLE` of
+    each side are read). ((signature id, site) of the
     call skipped, (signature id, site) of the call made instead); None when the dumps cannot say."""
     if not culprits or not waiting:
         return None
     skipped = group_labels(tracks[waiting[0]], seq)[-1:] if waiting[0] in tracks else []
-    if not skipped or any((v := own_order(tracks[w], seq)) is None or v[0] for w in waiting if w in tracks):
+    if not skipped or any((v := own_order(tracks[w], seq)) is None or v[0]
+                          for w in waiting[:SAMPLE] if w in tracks):
         return None
     want_sig, want_site = skipped[0]
     made = None
-    for r in culprits:
+    for r in culprits[:SAMPLE]:
         labels = group_labels(tracks[r], seq) if r in tracks else []
         if len(labels) < 3:
             return None
