@@ -56,6 +56,26 @@ def test_a_200_mb_json_dump_is_read_newest_entries_first_within_1_gib(tmp_path: 
     assert giant["entries"] == held and giant["format"] == "json"
 
 
+@pytest.mark.timeout(120)
+def test_a_200_mb_dump_of_10_8_numbers_is_refused_and_the_other_ranks_summarized(tmp_path: Path) -> None:
+    """A shape torch never writes: walking 10**8 tiny elements one by one cost ~17x json.loads of
+    the file (still running after 30 s); the reader refuses it once the elements' average shows."""
+    folder = tmp_path / "dumps"
+    for r in (0, 1):
+        write(folder, f"rank_{r}.pkl", dump(collectives(5, last_state="started"), {"0": ("default_pg", [0, 1, 2])}))
+    with open(folder / "rank_2.json", "wb") as fh:
+        fh.write(b'{"version": "2.10", "entries": [')
+        for _ in range(100):
+            fh.write(b"0," * 10**6)
+        fh.write(b"0]}")
+    code, peak, err, summary = _summarize(folder, tmp_path / "summary.json")
+    assert code in (0, 1) and "Traceback" not in err, err
+    assert peak < GIB, f"peak RSS {peak / 2**20:.0f} MiB"
+    assert summary["ranks_seen"] == [0, 1]
+    (why,) = [u["why"] for u in summary["unreadable"] if u["path"].endswith("rank_2.json")]
+    assert why.startswith("not a flight-recorder dump: its entries list holds 4,096 elements"), why
+
+
 @pytest.mark.timeout(30)  # the whole run: it took over a minute while anything was per declared rank
 def test_three_dumps_of_a_declared_100k_rank_world_cost_nothing_per_declared_rank(tmp_path: Path) -> None:
     folder = tmp_path / "dumps"

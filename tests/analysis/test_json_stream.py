@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from lightning_ncclx.analysis.json_stream import decode
+from lightning_ncclx.analysis.json_stream import CHECK_EVERY, MIN_ENTRY_CHARS, decode
 from lightning_ncclx.errors import DumpReadError
 
 DOCS = [
@@ -68,3 +68,19 @@ def test_malformed_json_is_refused_with_the_reason(raw: bytes, whole_bytes: int)
 def test_a_small_document_is_json_loads_whole_and_its_entries_counted() -> None:
     raw = json.dumps({"version": "2.10", "entries": [{"seq": i} for i in range(10)]}).encode()
     assert decode([raw], 3) == (json.loads(raw), 10)
+
+
+def test_a_streamed_list_of_tiny_elements_is_refused_once_its_average_shows() -> None:
+    # 10**6 numbers: walking them one by one would cost ~17x json.loads of the file
+    raw = b'{"version": "2.10", "entries": [' + b"0," * 10**6 + b"0]}"
+    with pytest.raises(DumpReadError, match=r"not a flight-recorder dump: its entries list holds 4,096 elements in "
+                                            r"its first 8,192 characters \(2 each; torch writes about 500"):
+        decode([raw], 1000, whole_bytes=0)
+
+
+def test_elements_of_the_smallest_average_are_streamed() -> None:
+    element = {"k": "x" * (MIN_ENTRY_CHARS - 11)}  # with ", " between: exactly the smallest average
+    raw = json.dumps({"version": "2.10", "entries": [element] * 3 * CHECK_EVERY}).encode()
+    assert len(json.dumps(element)) + 2 == MIN_ENTRY_CHARS
+    data, total = decode([raw], 10, whole_bytes=0)
+    assert total == 3 * CHECK_EVERY and data["entries"] == [element] * 10
