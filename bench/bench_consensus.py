@@ -7,6 +7,8 @@ Faults: a rank stuck in compute (``stuck_train``), in its data loader (``stuck_l
 skipped collective, a mismatched one (``other_collective``), a send/recv pipeline whose
 middle stage never sends (``stuck_pipeline``), and a rank whose watchdog cannot run: its main
 thread holds the GIL in a regex (``hold_gil``) or its process is stopped (``freeze``, SIGSTOP);
+the same pipeline with its middle stage sending to the stage before (``pipeline_wrong_peer``) or
+skipping one send (``pipeline_skip_send``);
 ``--runs`` repeats each case (p50 and p90 of fault -> summary). Under FSDP the stuck ranks' peers wait in FSDP's
 own all-gathers (the job's own all_reduce is left out for those faults). Measured: seconds from
 the fault (a marker file the faulty rank writes as the fault starts) to the written summary.json;
@@ -52,10 +54,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE.parent / "tests" / "watchdog" / "jobs" / "train_job.py"
-FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective", "stuck_pipeline", "hold_gil", "freeze")
+FAULTS = ("stuck_train", "stuck_loader", "skip_collective", "other_collective", "stuck_pipeline", "hold_gil", "freeze",
+          "pipeline_wrong_peer", "pipeline_skip_send")
 STRATEGIES = ("ddp_ncclx", "fsdp_ncclx", "fsdp2_ncclx")
 EXPECTED_CULPRIT = {"stuck_train": 1, "stuck_loader": 2, "skip_collective": 2, "other_collective": 1,
-                    "stuck_pipeline": 1, "hold_gil": 1, "freeze": 2}
+                    "stuck_pipeline": 1, "hold_gil": 1, "freeze": 2, "pipeline_wrong_peer": 1, "pipeline_skip_send": 1}
 STRATEGY_WAITS_ONLY = ("stuck_train", "stuck_loader", "stuck_pipeline", "hold_gil", "freeze")
 """Faults whose peers should wait in the strategy's own collectives under FSDP (no job all_reduce)."""
 
