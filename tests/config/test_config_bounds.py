@@ -97,3 +97,13 @@ def test_the_edges_of_each_range_are_accepted() -> None:
     assert cfg.flight_recorder.buffer_size == 2**31 - 1
     assert NcclxConfig(watchdog={"poll_interval_seconds": 5.0}).watchdog.poll_interval_seconds == 5.0
     assert NcclxConfig(straggler={"poll_interval_seconds": 0.01}).straggler.poll_interval_seconds == 0.01
+
+
+def test_overrides_without_the_schema_read_no_as_false_and_refuse_a_quoted_string() -> None:
+    """LIGHTNING_NCCLX_OVERRIDES goes through OmegaConf without the typed schema: YAML reads a bare
+    no as false, and a quoted 'no' stays a string, which would have read as true."""
+    from lightning_ncclx.zero_code import config_from_environment
+
+    assert config_from_environment({"LIGHTNING_NCCLX_OVERRIDES": "watchdog.enabled=no"}).watchdog.enabled is False
+    with pytest.raises(ConfigError, match=r"ncclx.watchdog.enabled='no' is not valid: expected true or false"):
+        config_from_environment({"LIGHTNING_NCCLX_OVERRIDES": "watchdog.enabled=\"'no'\""})
