@@ -4,6 +4,8 @@ context.json, as the watchdog writes them)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from synth import cross_group_deadlock, p2p_folder
 
 from lightning_ncclx.analysis import analyze_folder
@@ -90,3 +92,15 @@ def test_chains_without_a_send_or_recv_are_left_alone(tmp_path):
     keys = {(f.group.lib, f.group.name, f.seq, f.op, f.ranks, f.waiting_ranks) for f in s.findings}
     assert with_wait_chains(s.findings, keys, {}) == list(s.findings)  # collectives alone: cycles.py decides
     assert with_wait_chains(s.findings, (), {}) == list(s.findings)
+
+
+def test_a_head_naming_the_sender_and_its_waiter_is_rerooted_to_the_sender(tmp_path):
+    # whichever finding sorts first: the all_reduce's ("rank(s) 1, 2 never entered") names rank 2 too
+    s = analyze_folder(p2p_folder(tmp_path, 3, (0,), {1: [("send", 1, 0)], 2: [("recv", 1, 2)]}))
+    collective = next(f for f in s.findings if f.op == "all_reduce")
+    assert collective.ranks == (1, 2)
+    p2p = [f for f in s.findings if f.op in ("send", "recv")]
+    keys = [(f.group.lib, f.group.name, f.seq, f.op, f.ranks, f.waiting_ranks) for f in p2p]
+    bare = [replace(f, waits=(), evidence=()) for f in (collective, *p2p)]
+    head = with_wait_chains(bare, keys, {})[0]
+    assert head.ranks == (1,) and head.op == "recv" and {w.rank for w in head.waits} == {0, 2}
