@@ -35,8 +35,8 @@ ring): a watchdog that runs answers within a poll (``cs/answer/<r>``), whatever 
 its silence stays a veto. Ranks that have not answered for ``SILENCE_SECONDS`` count as
 evidence like a notice (:attr:`Picture.unanswered`): the picture is confirmed when no notice
 changed since the ping (the silence spans several polls), else at the next poll as every picture
-is. (Rank 0 cannot ping itself: a rank 0 whose watchdog cannot run is left to the peers' step
-threshold.)
+is. Rank 0 cannot ping itself: while its own notice is up, rank 1 (the deputy) decides the same
+way, and starts the event only when rank 0 is the silent rank.
 
 Store keys (under the ``lightning_ncclx/`` prefix, next to the event keys of ``coordinator``):
 ``cs/rank/<r>`` (the notice's JSON, empty when none; deleted when the watchdog stops),
@@ -76,6 +76,8 @@ SILENCE_SECONDS = 2.0
 """A rank without a notice that has not answered a ping for this long (or 4 polls, whichever is
 longer) while a quorum of the others is blocked cannot run its watchdog: evidence, not a veto."""
 MAX_PINGED_RANKS = 64
+DEPUTY_RANK = 1
+"""Decides in rank 0's place when rank 0 itself is the rank whose watchdog cannot run."""
 """More silent ranks than this are no rank that stopped: they veto as before (no ping)."""
 
 
@@ -125,7 +127,9 @@ class Consensus:
 
     @property
     def evaluates(self) -> bool:
-        return self.board.rank == 0
+        """Rank 0 always; the deputy (rank 1) only while its own notice is up, and only for a
+        rank 0 that cannot run its watchdog (nothing in steady state)."""
+        return self.board.rank == 0 or (self.board.rank == DEPUTY_RANK and self.board.posted is not None)
 
     def start(self) -> None:
         self._unfinished_at_start = frozenset(self._probe())
@@ -145,7 +149,13 @@ class Consensus:
         if pinged:
             self.board.answer_ping()
         self._update_notice()
-        return self._decide() if self.evaluates else None
+        if not self.evaluates:
+            self._pending = self._ping = None
+            return None
+        picture = self._decide()
+        if picture is not None and self.board.rank != 0 and 0 not in picture.unanswered:
+            return None  # rank 0 decides that one
+        return picture
 
     # ------------------------------------------------------------------ sites and recoveries
     def site_now(self) -> str | None:

@@ -253,6 +253,38 @@ def test_a_rank_whose_watchdog_cannot_run_is_a_hang_once_it_leaves_a_ping_unansw
     assert job.poll() is None  # one event per picture
 
 
+def test_when_rank_0_cannot_run_its_watchdog_rank_1_decides() -> None:
+    """Rank 0 is the silent rank: rank 1, whose own notice is up, pings it and starts the event."""
+    job = Job()
+    job.steps(5)
+    job.start_step()
+    job.where.update({1: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})
+    job.frozen.add(0)
+    picture = None
+    for _ in range(30):
+        job.clock.advance(POLL)
+        picture = job.detectors[2].tick(pinged=job.rang(2)) or job.detectors[1].tick(pinged=job.rang(1))
+        if picture is not None:
+            break
+    assert picture is not None and picture.unanswered == (0,) and sorted(picture.blocked) == [1, 2]
+
+
+def test_the_deputy_reads_nothing_in_steady_state_and_leaves_other_hangs_to_rank_0() -> None:
+    job = Job()
+    job.steps(5)
+    before = job.stores[1].calls
+    for _ in range(10):
+        job.start_step()
+        job.poll()
+        for hb in job.heartbeats:
+            hb.train_batch_end()
+    assert job.stores[1].calls == before
+    job.start_step()
+    job.where.update({0: [IN_ALLREDUCE], 2: [IN_ALLREDUCE]})  # rank 1 computes forever: rank 0's event
+    picture, _ = job.polls_until_hang()  # Job.poll asserts that rank 1 returns no picture
+    assert picture is not None and picture.busy == [1]
+
+
 def test_a_notice_that_changes_during_the_silence_needs_one_more_agreeing_poll() -> None:
     job = Job()
     job.steps(5)

@@ -18,6 +18,7 @@ import pytest
 from support import contexts
 from watchdog.harness import (
     PROGRAM_ERROR_EXIT_CODE, REPO, STALL_EXIT_CODE, assert_culprit, assert_every_rank_dumped, free_port, run_job,
+    start_job, wait_for,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -89,6 +90,22 @@ def test_a_rank_whose_watchdog_cannot_run_is_found_by_consensus(tmp_path: Path, 
     assert "no dump from rank(s) [2] within" in result.log  # given up on after the grace, not the timeout
     summary = assert_culprit(events[0], 2, result.log)
     assert summary["culprit_ranks"] == [2] and summary["verdict"] == "dump_missing", summary["culprit_ranks"]
+
+
+def test_when_rank_0_holds_the_gil_rank_1_starts_the_event(tmp_path: Path) -> None:
+    """Rank 0's main thread holds the GIL (its process also hosts the store, whose server threads
+    need no GIL): rank 1, the deputy, finds it silent and starts the event; the summary names it."""
+    job = start_job(tmp_path, *CONSENSUS_JOB, "--fault", "hold_gil", "--fault-rank", "0", "--on-stall", "dump")
+    folder = job.dump_dir / "stall-001"
+    try:
+        assert wait_for(lambda: (folder / "summary.json").is_file(), 150), job.log()[-4000:]
+    finally:
+        job.stop()
+    detection = _detection(folder)
+    assert detection.get("by") == "consensus" and detection["silent_ranks"] == [0], (detection, job.log()[-4000:])
+    assert contexts(folder)[1]["reason"] == "stall"  # rank 1 started it
+    summary = assert_culprit(folder, 0, job.log())
+    assert summary["culprit_ranks"] == [0]
 
 
 @pytest.mark.parametrize(
