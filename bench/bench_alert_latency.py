@@ -32,7 +32,8 @@ REPO = HERE.parent
 JOB = REPO / "tests" / "alerts" / "jobs" / "alert_job.py"
 SERVER = REPO / "tests" / "alerts" / "alert_server.py"
 SETTINGS = {
-    "defaults": ["--watchdog-defaults", "--step-sleep", "1.0", "--at-batch", "24", "--batches", "60", "--epoch-size", "300"],
+    "defaults": ["--watchdog-defaults", "--step-sleep", "1.0", "--at-batch", "24", "--batches", "60",
+                 "--epoch-size", "300"],  # 300 items: 100 batches per rank of 3
     "fast": ["--step-sleep", "0.2", "--at-batch", "6", "--batches", "30"],
 }
 

@@ -6,6 +6,7 @@ Webhooks get it as is (``text`` is the one-screen headline Slack shows); PagerDu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -45,10 +46,9 @@ def job_identity(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {name.lower(): env[name] for name in _JOB_VARIABLES if env.get(name)}
 
 
-def trigger_document(folder: Path, *, event: str, reason: str, exit_code: int | None, dedup_key: str,
-                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What a trigger says about the confirmed event whose summary is in ``folder``."""
-    summary = read_summary(folder) or {}
+def trigger_document(folder: Path, summary: Mapping[str, Any], *, event: str, reason: str, exit_code: int | None,
+                     dedup_key: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a trigger says about the confirmed event in ``folder`` (``summary``: its summary.json, or {})."""
     incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
     culprits = [r for r in _list(summary.get("culprit_ranks")) if isinstance(r, int)]
     group = summary.get("process_group") if isinstance(summary.get("process_group"), dict) else {}
@@ -114,5 +114,8 @@ def resolve_document(trigger: Mapping[str, Any], lasted_seconds: float) -> dict[
     }
 
 
-def dedup_key(run_id: str, event: str) -> str:
-    return f"lightning-ncclx/{run_id}/{event}"
+def dedup_key(folder: Path, summary: Mapping[str, Any], event: str) -> str:
+    """Stable for the event's trigger and resolve, distinct between runs and folders."""
+    incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
+    run = incident.get("run_id") or folder.absolute().parent.name
+    return f"lightning-ncclx/{run}/{hashlib.sha1(str(folder.absolute()).encode()).hexdigest()[:8]}/{event}"

@@ -7,7 +7,6 @@ it, at most until the alert's deadline (``ncclx.alerts.deadline_seconds``)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -16,7 +15,7 @@ from typing import Any
 
 from lightning_ncclx.alerts.delivery import Policy, deliver
 from lightning_ncclx.alerts.message import dedup_key, read_summary, resolve_document, trigger_document
-from lightning_ncclx.alerts.outbox import alert_path, claim, read_alert, write_alert, BadAlertFile
+from lightning_ncclx.alerts.outbox import BadAlertFile, alert_path, claim, read_alert, write_alert
 from lightning_ncclx.alerts.sinks import CommandSink, PagerDutySink, Sink, WebhookSink
 from lightning_ncclx.config import AlertsConfig
 
@@ -39,13 +38,6 @@ def policy_of(config: AlertsConfig) -> Policy:
     return Policy(config.attempt_timeout_seconds, config.attempts, config.deadline_seconds)
 
 
-def _run_of(folder: Path) -> str:
-    summary = read_summary(folder) or {}
-    incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
-    run = incident.get("run_id") or folder.absolute().parent.name
-    return f"{run}/{hashlib.sha1(str(folder.absolute()).encode()).hexdigest()[:8]}"
-
-
 class AlertNotifier:
     """Trigger and resolve the alerts of this rank's events; never raises into the watchdog."""
 
@@ -63,8 +55,9 @@ class AlertNotifier:
             if not claim(path):
                 log.info("%s: an alert was already sent for this event (%s)", event, path)
                 return
-            document = trigger_document(folder, event=event, reason=reason, exit_code=exit_code,
-                                        dedup_key=dedup_key(_run_of(folder), event))
+            summary = read_summary(folder) or {}
+            document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
+                                        dedup_key=dedup_key(folder, summary, event))
             self._start(path, document)
         except Exception:  # noqa: BLE001
             log.warning("%s: the alert could not be prepared", event, exc_info=True)

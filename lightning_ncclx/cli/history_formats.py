@@ -26,4 +26,5 @@ def node_affinity(hosts: list[str]) -> dict[str, Any] | None:
     if not hosts:
         return None
     expression = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": list(hosts)}
-    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}
+    terms = [{"matchExpressions": [expression]}]
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}

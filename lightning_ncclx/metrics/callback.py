@@ -57,7 +57,8 @@ class MetricsExporter(Callback):
             return []
         try:
             return [rank_snapshot(rank=int(trainer.global_rank), local_rank=int(trainer.local_rank),
-                                  watchdog=_runtime_of(trainer, "watchdog"), straggler=_runtime_of(trainer, "straggler"),
+                                  watchdog=_runtime_of(trainer, "watchdog"),
+                                  straggler=_runtime_of(trainer, "straggler"),
                                   global_step=int(trainer.global_step), step_seconds=self.step_seconds)]
         except Exception:  # noqa: BLE001 - a scrape must not raise into the server's thread
             log.debug("reading the metrics failed", exc_info=True)

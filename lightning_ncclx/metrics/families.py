@@ -47,7 +47,8 @@ def families(snapshots: Iterable[dict[str, Any]]) -> Iterator[Any]:
     dumps = CounterMetricFamily("ncclx_dumps_written", "Dumps this rank wrote", labels=LABELS)
     events = GaugeMetricFamily("ncclx_events", "Events of this rank by reason (stall: not recovered)",
                                labels=LABELS + ["reason"])
-    kinds = CounterMetricFamily("ncclx_hang_kinds", "Events this rank summarized, by hang kind", labels=LABELS + ["kind"])
+    kinds = CounterMetricFamily("ncclx_hang_kinds", "Events this rank summarized, by hang kind",
+                                labels=LABELS + ["kind"])
     scores = GaugeMetricFamily("ncclx_straggler_score", "Straggler score of each rank (from the scoring rank)",
                                labels=LABELS + ["scored_rank"])
     for snap in snaps:

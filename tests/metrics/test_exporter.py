@@ -73,8 +73,8 @@ def test_a_one_rank_fit_serves_its_metrics(tmp_path: Path) -> None:
     families = {f.name: f for f in text_string_to_metric_families(seen[0])}
     assert families["ncclx_global_step"].samples[0].value == 3.0
     assert families["ncclx_watchdog_up"].samples[0].value == 1.0
-    assert families["ncclx_step_seconds"].samples[0].labels == {"rank": "0", "local_rank": "0",
-                                                                 "host": families["ncclx_step_seconds"].samples[0].labels["host"]}
+    labels = families["ncclx_step_seconds"].samples[0].labels
+    assert labels == {"rank": "0", "local_rank": "0", "host": labels["host"]}
     try:  # the server is gone after the fit
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
         raise AssertionError("the metrics server outlived the fit")
