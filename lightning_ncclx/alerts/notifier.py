@@ -46,6 +46,8 @@ class AlertNotifier:
         self.sinks = sinks_of(config)
         self.policy = policy_of(config)
         self._threads: list[tuple[threading.Thread, float]] = []
+        self._triggers: dict[str, threading.Thread] = {}
+        """Event folder -> the thread sending its trigger: a resolve goes out only after it."""
         self.sent_at: dict[str, float] = {}
         """``<event>/<action>`` -> monotonic time its delivery ended (for the benchmark and tests)."""
 
@@ -58,7 +60,7 @@ class AlertNotifier:
             summary = read_summary(folder) or {}
             document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
                                         dedup_key=dedup_key(folder, summary, event))
-            self._start(path, document)
+            self._triggers[str(folder)] = self._start(path, document)
         except Exception:  # noqa: BLE001
             log.warning("%s: the alert could not be prepared", event, exc_info=True)
 
@@ -73,16 +75,18 @@ class AlertNotifier:
             path = alert_path(folder, "resolve")
             if not claim(path):
                 return
-            self._start(path, resolve_document(trigger, lasted_seconds))
+            self._start(path, resolve_document(trigger, lasted_seconds), after=self._triggers.get(str(folder)))
         except Exception:  # noqa: BLE001
             log.warning("%s: the resolve alert could not be prepared", event, exc_info=True)
 
-    def _start(self, path: Path, document: dict[str, Any]) -> None:
+    def _start(self, path: Path, document: dict[str, Any], after: threading.Thread | None = None) -> threading.Thread:
         entries = {sink.name: {"settings": sink.settings(), "state": "pending"} for sink in self.sinks}
         write_alert(path, document, entries)  # kept even if this process dies while sending
         key = f"{document.get('event')}/{document.get('action')}"
 
         def send() -> None:
+            if after is not None:  # PagerDuty would open an incident a resolve sent first never closes
+                after.join(self.policy.deadline_seconds + 1.0)
             try:
                 deliver(path, document, self.sinks, entries, self.policy)
             except Exception:  # noqa: BLE001
@@ -91,7 +95,9 @@ class AlertNotifier:
 
         thread = threading.Thread(target=send, name="ncclx-alert", daemon=True)
         thread.start()
-        self._threads.append((thread, time.monotonic() + self.policy.deadline_seconds + 1.0))
+        waits = 2 if after is not None else 1
+        self._threads.append((thread, time.monotonic() + waits * (self.policy.deadline_seconds + 1.0)))
+        return thread
 
     def drain(self) -> None:
         """Wait for the alerts being sent, each at most until its deadline."""

@@ -4,6 +4,7 @@ alert file written before the first attempt."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,21 @@ def test_the_alert_file_is_there_before_delivery_ends(tmp_path: Path, monkeypatc
         notifier.trigger(folder, event="stall-002", reason="stall", exit_code=None)
         kept = json.loads((folder / "alert-trigger.json").read_text())
     assert kept["sinks"]["webhook"]["state"] == "pending" and kept["document"]["action"] == "trigger"
+
+
+def test_a_resolve_waits_for_its_trigger_still_being_sent(tmp_path: Path) -> None:
+    """A site command that takes a second per alert: the resolve, asked for while the trigger is
+    still being delivered, starts only once the trigger's delivery ended (PagerDuty would open an
+    incident that a resolve sent first never closes)."""
+    journal = tmp_path / "journal"
+    hook = (f"{sys.executable} -c \"import sys, time, pathlib; name = pathlib.Path(sys.argv[-1]).stem; "
+            f"j = open({str(journal)!r}, 'a'); j.write(name + ' start\\n'); j.flush(); time.sleep(1.0); "
+            f"j.write(name + ' end\\n')\"")
+    folder = tmp_path / "stall-003"
+    _summary(folder)
+    notifier = AlertNotifier(AlertsConfig(enabled=True, command=hook, deadline_seconds=10.0))
+    notifier.trigger(folder, event="stall-003", reason="stall", exit_code=None)
+    notifier.resolve(folder, event="stall-003", lasted_seconds=1.0)
+    notifier.drain()
+    assert journal.read_text().splitlines() == ["alert-trigger start", "alert-trigger end",
+                                                "alert-resolve start", "alert-resolve end"]
