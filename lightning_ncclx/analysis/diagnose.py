@@ -300,7 +300,13 @@ def analyze(loaded: LoadedFolder) -> Summary:
         ignored=loaded.ignored, duplicates=loaded.duplicates, recovery=loaded.recovery,
         at_dump=_at_dump(loaded, by_lib, seen) if not findings else {},
     )
-    return replace(summary, classification=classify(summary))
+    classification = classify(summary)
+    if head is None and classification.kind.value in _EVERY_RANK_STALLED:
+        return replace(summary, classification=classification, verdict=Verdict.STALLED)
+    return replace(summary, classification=classification)
+
+
+_EVERY_RANK_STALLED = frozenset({"collective_stalled", "program_stalled"})
 
 
 def _at_dump(loaded: LoadedFolder, by_lib: Mapping[str, Mapping[int, RankTrace]],

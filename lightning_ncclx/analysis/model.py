@@ -26,6 +26,9 @@ class Verdict(str, Enum):
     DTYPE_MISMATCH = "dtype_mismatch"
     EXTRA_COLLECTIVE = "extra_collective"
     DUMP_MISSING = "dump_missing"
+    STALLED = "stalled"
+    """No rank is the odd one, and yet the job stopped: every rank in the same collective, or every
+    rank in the program (hang kinds ``collective_stalled`` and ``program_stalled``)."""
     NO_HANG = "no_hang"
 
     def __str__(self) -> str:

@@ -91,7 +91,7 @@ def render_text(summary: Summary) -> str:
     kind = (d.classification or classify(d)).kind.value
     if d.verdict is Verdict.NO_HANG and kind == "no_hang":
         out.append("NO HANG FOUND: " + d.headline)
-    elif d.verdict is Verdict.NO_HANG:  # every rank agrees on its collectives, and yet the job does not move
+    elif not d.findings:  # every rank agrees on its collectives, and yet the job does not move
         out.append(f"HANG: {kind} - no rank is missing from a collective; no culprit rank")
     else:
         out.append(f"HANG: {d.verdict.value} - culprit rank(s) {_ranks(d.culprit_ranks)}")
@@ -143,7 +143,7 @@ def render_markdown(summary: Summary) -> str:
     out += [f"**Hang kind: `{c.kind.value}`** - {c.reason}", ""]
     out += [f"- next: {a}" for a in c.advice] + [f"- restart: `{c.restart.value}` - {c.restart_reason}", ""]
     out += [f"**{d.headline}**", "", input_tally(d), ""]
-    if d.verdict is not Verdict.NO_HANG:
+    if d.findings:
         g = d.process_group
         out += ["| | |", "|---|---|", f"| culprit ranks | {_ranks(d.culprit_ranks)} |",
                 f"| collective | `{d.op}` seq {d.collective_seq_id} |",

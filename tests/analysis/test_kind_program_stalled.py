@@ -145,5 +145,5 @@ def test_summarize_reports_a_program_stall_as_a_hang(tmp_path: Path, capsys: pyt
     assert "NO HANG" not in out and "nothing is wrong" not in out
     assert main(["summarize", str(folder), "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert (data["hang_kind"], data["culprit_ranks"]) == ("program_stalled", [])
+    assert (data["verdict"], data["hang_kind"], data["culprit_ranks"]) == ("stalled", "program_stalled", [])
     assert data["headline"].startswith("program_stalled: ")
