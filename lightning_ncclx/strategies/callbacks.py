@@ -15,14 +15,16 @@ log = logging.getLogger(__name__)
 def attach_default_watchdog(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | None) -> Any:
     """Add a ``StallWatchdog`` to ``trainer.callbacks`` unless one is there; returns the one in use.
 
-    A watchdog the user added keeps its own settings; it only learns the run's dump folder
-    when it has none of its own."""
+    A watchdog the user added keeps its own settings; it only learns the run's dump folder and
+    ``ncclx.alerts`` when it has none of its own."""
     from lightning_ncclx.watchdog import StallWatchdog
 
     for callback in trainer.callbacks:
         if isinstance(callback, StallWatchdog):
             if getattr(callback, "dump_dir", None) is None and dump_dir is not None:
                 callback.dump_dir = dump_dir
+            if getattr(callback, "alerts", None) is None:
+                callback.alerts = ncclx.alerts
             attach_metrics_exporter(trainer, ncclx)
             return callback
     watchdog = StallWatchdog(ncclx.watchdog, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder,

@@ -46,3 +46,19 @@ def test_the_strategy_hands_ncclx_alerts_to_its_watchdog(tmp_path) -> None:  # n
                       default_root_dir=tmp_path)
     watchdog = attach_default_watchdog(trainer, ncclx, tmp_path)
     assert watchdog.alerts is ncclx.alerts
+
+
+def test_a_watchdog_the_user_added_learns_ncclx_alerts_unless_it_has_its_own(tmp_path) -> None:  # noqa: ANN001
+    from lightning.pytorch import Trainer
+
+    from lightning_ncclx.strategies.callbacks import attach_default_watchdog
+    from lightning_ncclx.watchdog import StallWatchdog
+
+    ncclx = ncclx_config_from({"alerts": {"enabled": True, "command": "true"}})
+    own = AlertsConfig(enabled=True, command="false")
+    for given, expected in ((None, ncclx.alerts), (own, own)):
+        watchdog = StallWatchdog(alerts=given)
+        trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                          default_root_dir=tmp_path, callbacks=[watchdog])
+        assert attach_default_watchdog(trainer, ncclx, tmp_path) is watchdog
+        assert watchdog.alerts is expected
