@@ -48,8 +48,6 @@ class AlertNotifier:
         self._threads: list[tuple[threading.Thread, float]] = []
         self._triggers: dict[str, threading.Thread] = {}
         """Event folder -> the thread sending its trigger: a resolve goes out only after it."""
-        self.sent_at: dict[str, float] = {}
-        """``<event>/<action>`` -> monotonic time its delivery ended (for the benchmark and tests)."""
 
     def trigger(self, folder: Path, *, event: str, reason: str, exit_code: int | None) -> None:
         try:
@@ -91,7 +89,6 @@ class AlertNotifier:
                 deliver(path, document, self.sinks, entries, self.policy)
             except Exception:  # noqa: BLE001
                 log.warning("delivering %s failed; the alert stays in %s", key, path, exc_info=True)
-            self.sent_at[key] = time.monotonic()
 
         thread = threading.Thread(target=send, name="ncclx-alert", daemon=True)
         thread.start()
