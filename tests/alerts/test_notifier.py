@@ -66,9 +66,10 @@ def test_the_alert_file_is_there_before_delivery_ends(tmp_path: Path, monkeypatc
     with alert_server(tmp_path / "srv", "hang") as server:
         monkeypatch.setenv("HOOK_URL", server.url("/hook"))
         notifier = AlertNotifier(AlertsConfig(enabled=True, webhook=WebhookAlertConfig(url_env="HOOK_URL"),
-                                              deadline_seconds=30.0, attempt_timeout_seconds=30.0))
+                                              deadline_seconds=30.0, attempt_timeout_seconds=30.0, attempts=1))
         notifier.trigger(folder, event="stall-002", reason="stall", exit_code=None)
         kept = json.loads((folder / "alert-trigger.json").read_text())
+    notifier.drain()  # the server is gone: the one attempt ends, no thread outlives the test
     assert kept["sinks"]["webhook"]["state"] == "pending" and kept["document"]["action"] == "trigger"
 
 
