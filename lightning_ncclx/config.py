@@ -476,6 +476,10 @@ class AlertsConfig:
     """Tries per sink (backoff 1 s, 2 s, ... between them), within ``deadline_seconds``."""
     deadline_seconds: float = 20.0
     """Bound on all of one alert's delivery: also the most it can delay the exit of the summarizing rank."""
+    confirm_seconds: float = 10.0
+    """A stall pages once the heartbeat it is about has not moved for this long (or when the hang is
+    confirmed for ``dump_and_exit``, if that comes first); a wait that ends sooner pages nobody, one
+    that ends later sends the trigger's resolve. Raise it where longer pauses are normal."""
 
     def __post_init__(self) -> None:
         key = "ncclx.alerts"
@@ -492,6 +496,7 @@ class AlertsConfig:
                  f"{key}.command", self.command, "expected a command line or null")
         _finite_positive(f"{key}.attempt_timeout_seconds", self.attempt_timeout_seconds)
         _finite_positive(f"{key}.deadline_seconds", self.deadline_seconds)
+        _finite_positive(f"{key}.confirm_seconds", self.confirm_seconds)
         _require(isinstance(self.attempts, int) and not isinstance(self.attempts, bool) and 1 <= self.attempts <= 10,
                  f"{key}.attempts", self.attempts, "expected an integer from 1 to 10")
 

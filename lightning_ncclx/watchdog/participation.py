@@ -253,12 +253,14 @@ class EventParticipation:
         opened.confirm_at = -math.inf if raised else opened.beat_time + self._confirmation_bar()
 
     def _arm_alert(self, opened: OpenEvent) -> None:
-        """A stall alerts once confirmed (the same bar as ``dump_and_exit``); an exception is
-        confirmed at once; an on-demand dump never alerts."""
+        """A stall alerts once its heartbeat has not moved for ``ncclx.alerts.confirm_seconds`` (at
+        the latest at the ``dump_and_exit`` bar); an exception at once; an on-demand dump never."""
         if opened.event.reason == "exception":
             self._send_trigger(opened, None if not opened.exit_job else self._exit_code(opened))
         elif opened.event.reason == "stall":
-            opened.alert_at = opened.beat_time + self._confirmation_bar()
+            notifier = self.rt.alerts
+            page_after = notifier.config.confirm_seconds if notifier is not None else math.inf
+            opened.alert_at = opened.beat_time + min(page_after, self._confirmation_bar())
 
     def _exit_code(self, opened: OpenEvent) -> int:
         return exit_code_for(opened.result.hang_kind if opened.result is not None else None, self.rt.config)
@@ -354,8 +356,8 @@ class EventParticipation:
                             exc_info=True)
             self._recovered(opened, lasted)
             return
-        if not opened.exit_job and rt.clock() >= opened.alert_at and rt.heartbeat.last.seq == opened.beat_seq:
-            self._send_trigger(opened, None)  # confirmed by the same bar; the job keeps waiting
+        if rt.clock() >= opened.alert_at and rt.heartbeat.last.seq == opened.beat_seq:
+            self._send_trigger(opened, self._exit_code(opened) if opened.exit_job else None)
         if not opened.exit_job or rt.clock() < opened.confirm_at:
             return
         if not opened.raised and not self._stuck_in_event_step(opened):

@@ -29,11 +29,12 @@ def alert_job(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _alerts_env(monkeypatch: pytest.MonkeyPatch, webhook_url: str, pd_url: str, command: str | None = None,
-                deadline: float = 20.0, pause: str | None = None, attempt_timeout: float = 1.0) -> None:
+                deadline: float = 20.0, pause: str | None = None, attempt_timeout: float = 1.0,
+                confirm: float = 10.0) -> None:
     config: dict[str, Any] = {"enabled": True, "webhook": {"url_env": "NCCLX_TEST_WEBHOOK_URL"},
                               "pagerduty": {"routing_key_env": "NCCLX_TEST_ROUTING_KEY", "endpoint": pd_url},
                               "command": command, "attempt_timeout_seconds": attempt_timeout, "attempts": 2,
-                              "deadline_seconds": deadline}
+                              "deadline_seconds": deadline, "confirm_seconds": confirm}
     monkeypatch.setenv("NCCLX_TEST_ALERTS", json.dumps(config))
     monkeypatch.setenv("NCCLX_TEST_WEBHOOK_URL", webhook_url)
     monkeypatch.setenv("NCCLX_TEST_ROUTING_KEY", ROUTING_SECRET)
@@ -151,6 +152,20 @@ def test_a_confirmed_hang_that_then_recovers_sends_trigger_then_resolve(tmp_path
     assert hooks[1]["body"]["recovered_after_seconds"] > 5.0
     assert hooks[0]["body"]["exit_code"] is None  # on_stall=dump: the job keeps waiting
     assert {p.name for p in folder.glob("alert-*.json")} == {"alert-trigger.json", "alert-resolve.json"}
+
+
+def test_a_stall_pages_at_confirm_seconds_before_the_exit_bar(tmp_path: Path, alert_job: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 waits 16 s; the step threshold (40 s) would confirm the hang for an exit much later:
+    the page goes out once the wait passed ``confirm_seconds`` (4 s), its resolve when it ends."""
+    with alert_server(tmp_path / "server") as server:
+        _alerts_env(monkeypatch, server.url("/hook/x"), server.url("/pd"), pause="1,4,16", confirm=4.0)
+        result = harness.run_job(tmp_path, "--on-stall", "dump", "--no-auto", "--train-step-seconds", "40",
+                                 "--consensus-warmup", "2", "--batches", "24", "--step-sleep", "0.3")
+        assert result.returncode == 0, result.log[-6000:]
+        _one_event(result, "stall-")
+        hooks = sorted(server.posts("/hook/"), key=lambda row: row["time"])
+    assert [row["body"]["action"] for row in hooks] == ["trigger", "resolve"], result.log[-4000:]
 
 
 def test_a_sigkilled_culprit_still_pages_exactly_once(tmp_path: Path, alert_job: None,
