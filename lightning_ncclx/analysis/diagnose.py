@@ -14,7 +14,7 @@ from lightning_ncclx.analysis.wording import group_label as _group_label
 from lightning_ncclx.analysis.wording import ranks_text as _ranks
 from lightning_ncclx.analysis.wording import short as _short
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
-from lightning_ncclx.analysis.kind import classify
+from lightning_ncclx.analysis.kind import classify, confirmed_stall
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankAtDump,
                                             RankTrace, Sig, Summary, Verdict)
 from lightning_ncclx.analysis.order import extra_or_skipped, own_order, skipped_into_next
@@ -301,7 +301,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         at_dump=_at_dump(loaded, by_lib, seen) if not findings else {},
     )
     classification = classify(summary)
-    if head is None and classification.kind.value in _EVERY_RANK_STALLED:
+    if head is None and classification.kind.value in _EVERY_RANK_STALLED and confirmed_stall(summary):
         return replace(summary, classification=classification, verdict=Verdict.STALLED)
     return replace(summary, classification=classification)
 
@@ -317,7 +317,7 @@ def _at_dump(loaded: LoadedFolder, by_lib: Mapping[str, Mapping[int, RankTrace]]
         ctx = loaded.contexts.get(r)
         out[r] = RankAtDump(loaded.stacks.get(r), loaded.activities.get(r),
                             ctx.seconds_since_heartbeat if ctx else None, ctx.time_unix if ctx else None,
-                            _open_op_completed(r, by_lib))
+                            _open_op_completed(r, by_lib), ctx.stall_threshold_seconds if ctx else None)
     return out
 
 

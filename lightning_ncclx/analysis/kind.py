@@ -322,7 +322,7 @@ def _without_finding(summary: Summary) -> Classification:
                               RestartAction.restart, "nothing points at the program; a restart is the cheap test")
     if rows and all(r.state == "in_collective" for r in rows) and not summary.ranks_missing:
         finished, unconfirmed = _device_word(summary, rows)
-        if unconfirmed and _stalled(summary) and (finished or _in_program(summary, rows)):
+        if unconfirmed and confirmed_stall(summary) and (finished or _in_program(summary, rows)):
             return _program_stalled(summary, rows, unconfirmed)
         if not finished:
             return _collective_stalled(summary, rows, unconfirmed)
@@ -330,7 +330,7 @@ def _without_finding(summary: Summary) -> Classification:
         return Classification(HangKind.teardown, "training had ended on every rank (phase idle) and the dumps agree",
                               ("look for a barrier or collective after trainer.fit that not every rank reaches",),
                               RestartAction.do_not_restart, "training had finished: restarting would redo work")
-    if rows and _stalled(summary):
+    if rows and confirmed_stall(summary):
         return _program_stalled(summary, rows, None)
     return Classification(HangKind.no_hang, "every rank agrees: no rank is missing from a collective",
                           (), RestartAction.restart, "nothing is wrong in the dumps")
@@ -406,9 +406,13 @@ def _where_advice(where: str) -> str:
                 "the code it is in: `py-spy dump --pid` on its host shows the whole stack")
 
 
-def _stalled(summary: Summary) -> bool:
-    """The watchdog confirmed a stall (an event it raised, not one asked for or an exception)."""
-    return str(summary.context.get("event") or "").startswith("stall-") and summary.recovery is None
+def confirmed_stall(summary: Summary) -> bool:
+    """The watchdog raised the event for a stall (not on demand, not for an exception), a rank's
+    heartbeat was past its step threshold when it dumped, and the event did not recover."""
+    if not str(summary.context.get("event") or "").startswith("stall-") or summary.recovery is not None:
+        return False
+    return any(a.seconds_since_heartbeat is not None and a.stall_threshold_seconds is not None
+               and a.seconds_since_heartbeat >= a.stall_threshold_seconds for a in summary.at_dump.values())
 
 
 _DEVICE_WAITS = ("torch.cuda.synchronize", "waiting for the GPU")

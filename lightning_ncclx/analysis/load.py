@@ -414,7 +414,8 @@ def context_from_data(data: Any, path: str, rank: int) -> RankContext | Unreadab
                        step=_int("step"), reason=_str("reason"), event=_str("event"),
                        exception=_str("exception"), initiator_rank=_int("initiator_rank"),
                        p2p_in_flight=p2p_from_context(data.get("p2p_in_flight")),
-                       seconds_since_heartbeat=_seconds("seconds_since_heartbeat"), time_unix=_seconds("time_unix"))
+                       seconds_since_heartbeat=_seconds("seconds_since_heartbeat"), time_unix=_seconds("time_unix"),
+                       stall_threshold_seconds=_seconds("stall_threshold_seconds"))
 
 
 def read_stacks(path: Path) -> tuple[str | None, str | None]:

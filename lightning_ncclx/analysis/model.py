@@ -175,6 +175,8 @@ class RankContext:
     """How long the rank's training loop had not moved when it dumped (its watchdog's view)."""
     time_unix: float | None = None
     """When the rank wrote its dump (its own clock)."""
+    stall_threshold_seconds: float | None = None
+    """The step threshold its watchdog held the heartbeat against."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ class RankAtDump:
     seconds_since_heartbeat: float | None = None
     time_unix: float | None = None
     open_op_completed: bool | None = None
+    stall_threshold_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lightning_ncclx.errors import NcclxError
 from lightning_ncclx.exit_status import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK
 from lightning_ncclx.report.escape import terminal_safe
-
-if TYPE_CHECKING:
-    from lightning_ncclx.analysis import Summary
 
 SUMMARY_FORMATS = ("text", "json", "markdown", "html")
 
@@ -83,16 +79,7 @@ def run_summarize(path: Path, fmt: str = "text", output: Path | None = None) -> 
     if len(summary.unreadable) > 20:
         print(f"lightning-ncclx summarize: skipped {len(summary.unreadable) - 20} more unreadable files (see the "
               "JSON report)", file=sys.stderr)
-    return EXIT_OK if _no_hang(summary) else EXIT_FINDING
-
-
-def _no_hang(summary: Summary) -> bool:
-    """Exit 0 only when nothing is wrong: every rank agreeing on its collectives is not enough when
-    the kind says the job stopped anyway (every rank stuck in one collective or in the program)."""
-    from lightning_ncclx.analysis import Verdict
-
-    kind = getattr(getattr(summary.classification, "kind", None), "value", "no_hang")
-    return summary.verdict is Verdict.NO_HANG and kind in ("no_hang", "teardown", "unknown")
+    return EXIT_OK if summary.verdict is Verdict.NO_HANG else EXIT_FINDING
 
 
 def _write_stdout(text: str) -> None:

@@ -89,7 +89,7 @@ def render_text(summary: Summary) -> str:
     out = [f"RECOVERED: {d.recovery.message}"] if d.recovery is not None else []
     out += kind_lines(d)
     kind = (d.classification or classify(d)).kind.value
-    if d.verdict is Verdict.NO_HANG and kind == "no_hang":
+    if d.verdict is Verdict.NO_HANG:
         out.append("NO HANG FOUND: " + d.headline)
     elif not d.findings:  # every rank agrees on its collectives, and yet the job does not move
         out.append(f"HANG: {kind} - no rank is missing from a collective; no culprit rank")

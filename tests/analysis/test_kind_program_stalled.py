@@ -53,14 +53,15 @@ def _h200_dump(pg_status: str) -> dict:
     return dump
 
 
-def _stall_folder(root: Path, dump: dict, stacks: str | None, event: str = "stall-001") -> Path:
+def _stall_folder(root: Path, dump: dict, stacks: str | None, event: str = "stall-001",
+                  heartbeat_age: float = 30.0) -> Path:
     folder = root / event
     folder.mkdir(parents=True)
     (folder / "rank_00000.nccl.fr.pkl").write_bytes(pickle.dumps(dump))
     last_enqueued = dump["entries"][-1]["time_created_ns"] / 1e9
     context = {"schema": "lightning-ncclx/context/1", "event": event, "reason": "stall", "initiator_rank": 0,
                "rank": 0, "world_size": 1, "host": "gpu-01", "phase": "train_step", "step": 21,
-               "seconds_since_heartbeat": 30.0, "time_unix": last_enqueued + 31.0,
+               "seconds_since_heartbeat": heartbeat_age, "stall_threshold_seconds": 30.0, "time_unix": last_enqueued + 31.0,
                "trace_files": ["rank_00000.nccl.fr.pkl"]}
     if stacks is not None:
         context["stacks_file"] = "rank_00000.stacks.txt"
@@ -134,6 +135,15 @@ def test_only_a_stall_the_watchdog_confirmed_is_called_a_program_stall(tmp_path:
     retired = _h200_dump("complete")
     retired["entries"][-1].update(state="completed", retired=True)
     kind, _, reason, _ = _kind(_stall_folder(tmp_path, retired, SLEEPING_IN_TRAINING_STEP, event=event))
+    assert kind == "no_hang", reason
+
+
+def test_a_stall_folder_without_a_heartbeat_past_its_threshold_is_not_a_program_stall(tmp_path: Path) -> None:
+    """A stall event's folder whose ranks dumped with their heartbeat under the step threshold
+    (written by hand, or copied from a run) carries no confirmation of the stall."""
+    retired = _h200_dump("complete")
+    retired["entries"][-1].update(state="completed", retired=True)
+    kind, _, reason, _ = _kind(_stall_folder(tmp_path, retired, SLEEPING_IN_TRAINING_STEP, heartbeat_age=2.0))
     assert kind == "no_hang", reason
 
 
