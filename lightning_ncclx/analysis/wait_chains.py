@@ -132,6 +132,7 @@ class _WaitGraph:
             return {scc[0]}  # waits on nobody
         members = set(scc)
         recv_targets: set[int] = set()
+        in_recv: set[int] = set()
         send_sources: set[int] = set()
         for r in scc:
             for f in self.out.get(r, ()):
@@ -139,9 +140,12 @@ class _WaitGraph:
                 inside = [t for t in f.ranks if t in members]
                 if kind == "recv":
                     recv_targets.update(inside)
+                    in_recv.add(r)
                 elif kind == "send" and inside:
                     send_sources.add(r)
-        return recv_targets or send_sources or None
+        # A pipeline's stages each wait in a recv on the one before: the root is the rank a recv
+        # waits on that is not itself waiting in a recv (it moved on past its send).
+        return (recv_targets - in_recv) or recv_targets or send_sources or None
 
     def _sccs(self, start: tuple[int, ...]) -> list[list[int]]:
         """Tarjan's strongly connected components of the ranks reachable from ``start``, each

@@ -41,6 +41,16 @@ def test_a_send_to_the_wrong_peer_names_the_sender_alone(tmp_path):
     assert not any(e.startswith("deadlock across groups") for e in blaming_0.evidence)
 
 
+def test_in_a_long_pipeline_the_stage_that_moved_past_its_send_is_the_only_root(tmp_path):
+    # 8 stages: rank 1 skipped its send and waits in the all_reduce with rank 0; ranks 2-7 each wait
+    # in a recv from the stage before. Every recv target but rank 1 is itself blocked in a recv.
+    recvs = {r: [("recv", r - 1, r)] for r in range(2, 8)}
+    s = analyze_folder(p2p_folder(tmp_path, 8, (0, 1), recvs))
+    assert s.culprit_ranks == (1,), [f.message for f in s.findings]
+    assert s.classification.kind.value == "program_divergence"
+    assert _waits(s)[2][0] == (1,) and _waits(s)[7][0] == (6,)
+
+
 def test_a_long_chain_is_followed_to_the_rank_that_waits_on_nobody(tmp_path):
     # 0 -> 1 -> 2 -> 3: rank 1 is outside every collective; 2 waits on it, 3 on 2, 0 on all three
     s = analyze_folder(p2p_folder(tmp_path, 4, (0,), {2: [("recv", 1, 2)], 3: [("recv", 2, 3)]}))
