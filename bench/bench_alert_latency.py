@@ -5,8 +5,9 @@ Runs the alert tests' job (``tests/alerts/jobs/alert_job.py``: the watchdog test
 Lightning fit on gloo, with ``ncclx.alerts`` posting to ``tests/alerts/alert_server.py`` in its
 own process). Rank 2 gets stuck in ``training_step`` and writes a marker file as it does (the
 fault's time); the summary's time is ``summary.json``'s; the alert's is when the server read it.
-A trigger goes out once the hang is confirmed (the learned step threshold after the last
-heartbeat), so fault -> alert is about that threshold, not the summary's few seconds.
+A trigger goes out once the stalled heartbeat is ``ncclx.alerts.confirm_seconds`` old (10 s), or
+at the learned step threshold if that is shorter, so fault -> alert is about that bar, not the
+summary's few seconds.
 
     python bench/bench_alert_latency.py [--runs 20] [--settings defaults|fast]
 
