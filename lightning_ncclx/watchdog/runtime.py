@@ -302,7 +302,8 @@ class WatchdogRuntime:
             return True
         if event is None:
             return False
-        self._take_part(event, detected=True)
+        # two ranks that propose at once get the same event back: only the one that opened it started it
+        self._take_part(event, detected=event.initiator == self.rank)
         self._poll_again = True  # another event may have followed it
         return True
 
