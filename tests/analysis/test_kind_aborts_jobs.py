@@ -29,6 +29,7 @@ def test_a_dtype_mismatch_that_gloo_turns_into_an_abort_is_not_restarted(tmp_pat
     assert summary["hang_kind"] == kind, summary["hang_kind_reason"]
     assert summary["restart_advice"]["action"] == "do_not_restart", (summary["restart_advice"], summary["per_rank"],
                                                                     summary["context"].get("exceptions"))
-    assert any("EnforceNotMet ... op.preamble.length <= op.nbytes" in a for a in summary["advice"]), summary["advice"]
+    if any(r["state"] == "process_gone" for r in summary["per_rank"]):  # gloo aborted a rank before it dumped
+        assert any("EnforceNotMet ... op.preamble.length <= op.nbytes" in a for a in summary["advice"]), summary["advice"]
     if kind == "argument_mismatch":
         assert summary["verdict"] == "dtype_mismatch"
