@@ -1,6 +1,7 @@
 """What the watchdog knew about an event when it collected it (``collection.json``, written by
 ``events.collection``): ranks whose process had exited, ranks alive but silent, ranks read from a
-digest only, store values it left out, and whether the event recovered.
+digest only, store values it left out, whether the event recovered, and how a gone rank's process
+ended where that could be known (``gone_exits``).
 
 The file sits in a folder anyone may hand to ``summarize``: every field is checked, and a field
 that does not check is read as absent."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -32,6 +34,35 @@ class CollectionFacts:
     digest_only_ranks: tuple[int, ...] = ()
     refused: tuple[str, ...] = ()
     recovery: Recovery | None = None
+    gone_exits: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """Gone rank -> how its process ended, where the watchdog could know it: ``{"signal": "SIGABRT"
+    or None, "status": 134 or None, "known_from": text or None}``; ``peers_saw`` (rank ->
+    exception) where it could not."""
+
+
+_SIGNAL = re.compile(r"SIG[A-Z0-9]{1,12}")
+MAX_EXIT_TEXT = 300
+
+
+def _gone_exits(raw: Any, gone: tuple[int, ...]) -> dict[int, dict[str, Any]]:
+    """``gone_exits`` of collection.json, each field checked; only ranks listed as gone."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, entry in (raw.items() if isinstance(raw, dict) else ()):
+        if not (isinstance(key, str) and key.isdigit() and int(key) in gone and isinstance(entry, dict)):
+            continue
+        sig = entry.get("signal")
+        status = entry.get("status")
+        known = entry.get("known_from")
+        saw = entry.get("peers_saw")
+        out[int(key)] = {
+            "signal": sig if isinstance(sig, str) and _SIGNAL.fullmatch(sig) else None,
+            "status": status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status <= 255
+            else None,
+            "known_from": known[:MAX_EXIT_TEXT] if isinstance(known, str) else None,
+            "peers_saw": {k: v[:MAX_EXIT_TEXT] for k, v in list(saw.items())[:8]
+                          if isinstance(k, str) and k.isdigit() and isinstance(v, str)} if isinstance(saw, dict) else {},
+        }
+    return out
 
 
 def _rank_list(raw: Any) -> tuple[int, ...]:
@@ -81,5 +112,7 @@ def read_collection(root: Path) -> CollectionFacts:
     for key, proc in (silent_raw.items() if isinstance(silent_raw, dict) else ()):
         if str(key).isdigit() and isinstance(proc, dict):
             silent[int(key)] = {k: proc.get(k) for k in ("pid", "host", "state")}
-    return CollectionFacts(_rank_list(data.get("gone_ranks")), silent, _rank_list(data.get("digest_only_ranks")),
-                           _refused(data.get("refused")), recovery_from(data.get("recovery")))
+    gone = _rank_list(data.get("gone_ranks"))
+    return CollectionFacts(gone, silent, _rank_list(data.get("digest_only_ranks")),
+                           _refused(data.get("refused")), recovery_from(data.get("recovery")),
+                           _gone_exits(data.get("gone_exits"), gone))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from dataclasses import replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from lightning_ncclx.analysis.align import Divergence, callsite_divergence, diverge, sig_at, time_at
 from lightning_ncclx.analysis.cycles import with_order_deadlocks
@@ -14,7 +14,7 @@ from lightning_ncclx.analysis.wording import group_label as _group_label
 from lightning_ncclx.analysis.wording import ranks_text as _ranks
 from lightning_ncclx.analysis.wording import short as _short
 from lightning_ncclx.analysis.groups import resolve_groups, world_size
-from lightning_ncclx.analysis.kind import classify, confirmed_stall
+from lightning_ncclx.analysis.kind import classify, confirmed_stall, exit_description
 from lightning_ncclx.analysis.model import (CulpritState, Finding, GroupRef, GroupTrack, InputFile, LoadedFolder, RankAtDump,
                                             RankTrace, Sig, Summary, Verdict)
 from lightning_ncclx.analysis.order import extra_or_skipped, own_order, skipped_into_next
@@ -218,9 +218,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
     states = RankStates(max(world, 1), lambda r: culprit_state(r, by_lib, loaded.stacks, loaded.activities))
     for r in loaded.gone_ranks:
         if states.get(r) is not None and states[r].state == "no_dump":
-            states[r] = CulpritState(r, "process_gone", "no dump: its process had exited when the dumps were "
-                                     "collected (it crashed, was killed, e.g. by the OOM killer, or returned "
-                                     "early)", states[r].location)
+            states[r] = CulpritState(r, "process_gone", _gone_detail(loaded.gone_exits.get(r)), states[r].location)
     for r, proc in loaded.silent_ranks.items():
         if states.get(r) is not None and states[r].state == "no_dump":
             states[r] = CulpritState(r, "no_answer", _silent_detail(proc), states[r].location)
@@ -415,6 +413,15 @@ def _missing_finding(group: GroupRef, div: Divergence, missing: tuple[int, ...],
                    waiting, tuple(states[r] for r in listed(missing) if r in states), msg, "medium", div.time_ns)
 
 
+def _gone_detail(exit_: Any) -> str:
+    """``process_gone``'s detail: how the process ended when the watchdog could know it."""
+    how = exit_description(exit_)
+    if how:
+        return f"no dump: its process had {how} before the dumps were collected"
+    return ("no dump: its process had exited when the dumps were collected (it crashed, was killed, e.g. by the "
+            "OOM killer, or returned early; how it ended is not known)")
+
+
 def _context_extras(loaded: LoadedFolder, world: int) -> dict:
     out: dict = {"world_size": world}
     ctx = next(iter(loaded.contexts.values()), None)
@@ -425,6 +432,8 @@ def _context_extras(loaded: LoadedFolder, world: int) -> dict:
         exc = {str(r): c.exception for r, c in sorted(loaded.contexts.items()) if c.exception}
         if exc:
             out["exceptions"] = exc
+    if loaded.gone_exits:
+        out["rank_exits"] = {str(r): dict(e) for r, e in sorted(loaded.gone_exits.items())}
     out["backends"] = sorted({t.lib for t in loaded.traces})
     out["versions"] = sorted({t.version for t in loaded.traces})
     return out

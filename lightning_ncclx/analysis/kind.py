@@ -228,6 +228,9 @@ def _lost(summary: Summary, head: Finding) -> Classification:
     advice = (f"the log of rank(s) {_r(head.ranks)}: its last lines before it exited",
               f"the kernel log{on}: `dmesg -T | grep -i -e oom -e killed -e xid` (OOM killer, GPU errors)",
               "the scheduler's record of the job (`sacct -j $SLURM_JOB_ID --format=JobID,State,ExitCode,NodeList`)")
+    aborted = _aborted(summary, head.ranks)
+    if head.group.lib == "gloo" and aborted and _others_in_a_collective(summary, head):
+        return _aborted_in_a_collective(summary, head, aborted)
     if head.group.lib == "gloo" and _others_in_a_collective(summary, head):
         return Classification(
             HangKind.rank_lost, f"the process of rank(s) {_r(head.ranks)}{on} was gone while the others waited in a "
@@ -250,6 +253,51 @@ def _lost(summary: Summary, head: Finding) -> Classification:
 _MISMATCHES = (Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH, Verdict.OP_MISMATCH)
 _GLOO_ABORT = "EnforceNotMet ... op.preamble.length <= op.nbytes"
 _PEER_LOST = ("connection reset by peer", "connection closed by peer", "broken pipe", "read error", "write error")
+
+
+def exit_description(exit_: Any) -> str | None:
+    """``ended with SIGABRT (status 134)``, ``exited with status 1``; None when unknown."""
+    if not isinstance(exit_, dict):
+        return None
+    sig, status = exit_.get("signal"), exit_.get("status")
+    if sig:
+        return f"ended with {sig}" + (f" (status {status})" if status is not None else "")
+    if status is not None:
+        return f"exited with status {status}"
+    return None
+
+
+_ABORT = ("SIGABRT", 134)
+
+
+def _aborted(summary: Summary, ranks: tuple[int, ...], every: bool = True) -> dict[int, dict]:
+    """Of ``ranks``, those whose process is known to have ended with SIGABRT (status 134), with
+    how it ended; with ``every``, {} unless every one of them did."""
+    exits = summary.context.get("rank_exits") or {}
+    found = {r: exits[str(r)] for r in ranks if isinstance(exits.get(str(r)), dict)
+             and (exits[str(r)].get("signal") == _ABORT[0] or exits[str(r)].get("status") == _ABORT[1])}
+    return found if not every or (ranks and len(found) == len(ranks)) else {}
+
+
+def _aborted_in_a_collective(summary: Summary, head: Finding, aborted: dict[int, dict]) -> Classification:
+    """A gloo rank whose process ended with SIGABRT while its peers waited in (or lost their
+    connection in) a collective: gloo aborts the rank whose buffer is smaller than what the call
+    sends it, so the arguments of that collective differ."""
+    ranks = tuple(sorted(aborted))
+    how = exit_description(aborted[ranks[0]]) or "ended with SIGABRT"
+    source = aborted[ranks[0]].get("known_from")
+    reason = (f"the process of rank(s) {_r(ranks)} {how.replace('ended', 'was aborted', 1)} inside a collective "
+              f"of gloo group {_group_name(head)} while the others waited in {head.op} (seq {head.seq}) or lost their "
+              "connection to it: gloo aborts a rank whose arguments of a collective (size or dtype) differ from its "
+              "peers'")
+    advice = (f"the log of rank(s) {_r(ranks)}: `{_GLOO_ABORT}` names the collective (the rank with the smaller "
+              "buffer is the one aborted)",
+              "make the size and dtype of that collective the same on every rank (look for a rank-dependent shape, "
+              "a batch that is not padded, or a dtype cast on one path)",
+              *([f"how it ended is known from {source}"] if source else []))
+    return Classification(HangKind.argument_mismatch, reason, advice, RestartAction.do_not_restart,
+                          "gloo aborted it for mismatched arguments: a restart runs the same code and fails the "
+                          "same way")
 
 
 def _lost_its_peer(text: str) -> bool:
@@ -288,6 +336,10 @@ def _raised(summary: Summary, head: Finding, raised: dict[str, str]) -> Classifi
     advice = (f"rank {rank}{' on ' + host if host else ''} raised {text}: its log has the traceback",
               f"the others ({_r(head.waiting_ranks)}) wait for it in {head.op} (seq {head.seq})")
     reason = f"rank {rank} raised an exception and left the collectives ({text.splitlines()[0][:200]})"
+    aborted = _aborted(summary, tuple(r for r in summary.ranks_missing if r not in head.ranks), every=False)
+    if aborted and head.group.lib == "gloo" and all(_lost_its_peer(e) for e in raised.values()):
+        # its peer was aborted by gloo (SIGABRT) inside the collective: the lost connection is a consequence
+        return _aborted_in_a_collective(summary, head, aborted)
     if any(word in text.lower() for word in _TRANSIENT):
         return Classification(HangKind.rank_lost, reason, advice, RestartAction.restart,
                               "the exception comes from the GPU, NCCL or the network: a restart may pass")

@@ -268,7 +268,8 @@ def _loaded(root: Path, found: Discovery, workers: int | None, in_memory: ReadIn
     return LoadedFolder(str(root), tuple(traces), contexts, stacks, tuple(unreadable),
                         _locations(traces, contexts, root), facts.gone_ranks, facts.silent_ranks, activities,
                         tuple(Unreadable(u.path, u.why) for u in ignored), tuple(duplicates), warnings,
-                        digest_only_ranks=facts.digest_only_ranks, recovery=facts.recovery, refused=facts.refused)
+                        digest_only_ranks=facts.digest_only_ranks, recovery=facts.recovery, refused=facts.refused,
+                        gone_exits=facts.gone_exits)
 
 
 def _stacks_rank(path: str) -> int:

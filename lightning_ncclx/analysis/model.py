@@ -276,6 +276,8 @@ class LoadedFolder:
     """Set when the watchdog saw the event recover (``collection.json``)."""
     refused: tuple[str, ...] = ()
     """Store values and packed members the watchdog left out of the event, with the reason."""
+    gone_exits: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """Gone rank -> how its process ended (``collection.json``'s ``gone_exits``, checked)."""
 
 
 @dataclass(frozen=True)

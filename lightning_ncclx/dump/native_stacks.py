@@ -7,6 +7,11 @@ threshold; when it has not been able to run that long, faulthandler's own C thre
 thread's Python stack to ``<dump_dir>/.rank_<R>.native-stacks.txt``. The summarizing rank of the
 same host reads it for a rank that did not dump. The file is removed at stop when empty.
 
+The same file takes faulthandler's record of a fatal signal (SIGABRT, SIGSEGV, SIGBUS, SIGILL,
+SIGFPE: ``Fatal Python error: Aborted`` and every thread's stack), where no faulthandler was
+enabled before: a rank that gloo aborts inside a mismatched collective, or that crashes in native
+code, leaves no dump, and that record says how it ended (:func:`fatal_signal`).
+
 faulthandler keeps one timer per process: a job that arms its own ``dump_traceback_later`` loses
 it while the watchdog runs (``native_stacks: false`` in the config leaves it alone).
 """
@@ -37,6 +42,7 @@ class NativeStackTimer:
         self._file: IO[str] | None = None
         self._header_bytes = 0
         self._made_folder = False
+        self._fatal = False
 
     def start(self) -> None:
         self._made_folder = not self.path.parent.exists()
@@ -46,6 +52,9 @@ class NativeStackTimer:
         self._file.write(header)
         self._file.flush()
         self._header_bytes = len(header.encode())
+        if not faulthandler.is_enabled():  # one enabled before (PYTHONFAULTHANDLER, pytest) keeps its file
+            faulthandler.enable(file=self._file, all_threads=True)
+            self._fatal = True
 
     def arm(self, seconds: float) -> None:
         if self._file is not None:
@@ -61,6 +70,9 @@ class NativeStackTimer:
         if self._file is None:
             return
         faulthandler.cancel_dump_traceback_later()
+        if self._fatal:
+            faulthandler.disable()
+            self._fatal = False
         handle, self._file = self._file, None
         try:
             handle.close()
@@ -99,6 +111,27 @@ def main_thread_frames(path: Path) -> list[str]:
             if match:
                 frames.append(f"{match[1]}:{match[2]} in {match[3]}")
     return frames
+
+
+_FATAL = {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS",
+          "Illegal instruction": "SIGILL", "Floating-point exception": "SIGFPE",
+          "Floating point exception": "SIGFPE"}
+
+
+def fatal_signal(path: Path) -> str | None:
+    """The fatal signal faulthandler recorded in a rank's native stack file (``SIGABRT`` for
+    ``Fatal Python error: Aborted``); None when there is none (never raises)."""
+    try:
+        if not path.is_file() or path.is_symlink():
+            return None
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(MAX_READ_BYTES)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Fatal Python error: "):
+            return _FATAL.get(line.removeprefix("Fatal Python error: ").strip())
+    return None
 
 
 def is_library_frame(frame: str) -> bool:

@@ -30,6 +30,10 @@ class CollectionResult:
     missing_ranks: list[int]
     gone_ranks: list[int] = field(default_factory=list)
     """Missing ranks whose process a rank on the same host found exited."""
+    gone_exits: dict[int, dict] = field(default_factory=dict)
+    """Gone rank -> how its process ended: ``{"signal": "SIGABRT" or None, "status": 134 or None,
+    "known_from": how that is known or None, "found_gone_unix": when the initiator saw it gone,
+    "peers_saw": {rank: exception} of ranks that dumped and lost their connection to a peer}``."""
     silent_ranks: dict[int, dict] = field(default_factory=dict)
     """Missing ranks of the initiator's own host whose process is alive: ``{"pid", "host", "state"}``
     (the ``/proc`` state letter)."""
@@ -78,6 +82,7 @@ def collection_document(result: CollectionResult) -> dict[str, Any]:
         "dumped_ranks": result.dumped_ranks,
         "missing_ranks": result.missing_ranks,
         "gone_ranks": result.gone_ranks,
+        "gone_exits": {str(r): v for r, v in result.gone_exits.items()},
         "silent_ranks": {str(r): v for r, v in result.silent_ranks.items()},
         "gathered": {str(k): v for k, v in result.gathered.items()},
         "gather": result.gather,

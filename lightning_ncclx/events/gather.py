@@ -12,22 +12,25 @@ dumps stay where they are for ``lightning-ncclx summarize`` to read later.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
+import signal
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, main_thread_top
+from lightning_ncclx.dump.native_stacks import MAX_READ_BYTES, fatal_signal, main_thread_top
 from lightning_ncclx.errors import DumpReadError
 from lightning_ncclx.events.collection import CollectionResult, collection_document, write_collection
 from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.liveness import describe_wait_status
 from lightning_ncclx.events.pull import INCOMING_FOLDER, has_local_copy, names_in, pull_full
 from lightning_ncclx.events.two_phase import finish_digest_files, two_phase_gather
 from lightning_ncclx.events.wire import Announcement, BadValue, EventMeta
 from lightning_ncclx.files import atomic_write_bytes
-from lightning_ncclx.layout import NATIVE_STACKS_SUFFIX, native_stacks_path, rank_file
+from lightning_ncclx.layout import CONTEXT_SUFFIX, NATIVE_STACKS_SUFFIX, native_stacks_path, rank_file
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +188,8 @@ def _collect(coordinator: EventCoordinator, result: CollectionResult, dump_dir: 
     elif gather_through_store:
         result.gather = "full"
         gather_missing(coordinator, result, dump_dir)
+    if result.gone_ranks:
+        _gone_exits(coordinator, result)
     waited_for = [r for r in result.missing_ranks if r not in result.gone_ranks]
     for r, proc in result.silent_ranks.items():
         log.warning("[rank %d] %s: rank %d (pid %d, state %s) is alive on this host but did not dump%s", rank,
@@ -196,6 +201,62 @@ def _collect(coordinator: EventCoordinator, result: CollectionResult, dump_dir: 
     if waited_for:
         log.warning("[rank %d] %s: no dump from rank(s) %s within %.0f s", rank, event.name,
                     waited_for, timeout_seconds)
+
+
+MAX_PEERS_SAW = 8
+MAX_CONTEXT_BYTES = 1 << 20
+_PEER_LOST = ("connection reset by peer", "connection closed by peer", "broken pipe", "read error", "write error")
+
+
+def _gone_exits(coordinator: EventCoordinator, result: CollectionResult) -> None:
+    """How each gone rank's process ended, where this rank can know it: its wait status, read on
+    this host while it was a zombie, or the fatal signal its faulthandler recorded in the run's
+    dump folder (this host's, or a shared one); else unknown (only its parent, the launcher, saw
+    it), with what the ranks that dumped saw of it. Never raises."""
+    now = round(time.time(), 3)
+    try:
+        statuses = dict(coordinator.local.exits)
+    except Exception:  # noqa: BLE001
+        statuses = {}
+    saw: dict[str, str] | None = None
+    for r in result.gone_ranks:
+        entry: dict[str, Any] = {"signal": None, "status": None, "known_from": None, "found_gone_unix": now}
+        if r in statuses:
+            entry.update(describe_wait_status(statuses[r]), known_from=(
+                f"its wait status, read from /proc by rank {coordinator.rank} on the same host before its parent "
+                "reaped it"))
+        else:
+            source = native_stacks_path(result.folder.parent, r)
+            name = fatal_signal(source)
+            if name is not None:
+                entry.update(signal=name, status=128 + int(signal.Signals[name]),
+                             known_from=f"its faulthandler record of a fatal signal ({source.name})")
+        if entry["known_from"] is None:
+            saw = _peers_saw(result) if saw is None else saw
+            entry["peers_saw"] = saw
+            entry["unknown"] = ("its exit status is known only to its parent (the launcher: torchrun's or srun's "
+                                "log, `sacct`); the ranks that dumped saw what peers_saw says")
+        native = _native_stacks_of(result.folder, r)
+        if native:
+            entry.update(native)
+        result.gone_exits[r] = entry
+
+
+def _peers_saw(result: CollectionResult) -> dict[str, str]:
+    """The exceptions of (at most ``MAX_PEERS_SAW``) ranks that dumped and lost a peer."""
+    saw: dict[str, str] = {}
+    for r in result.dumped_ranks:
+        if len(saw) >= MAX_PEERS_SAW:
+            break
+        folder = Path(result.gathered.get(r, result.folder))
+        try:
+            with open(folder / rank_file(r, CONTEXT_SUFFIX), "rb") as handle:
+                text = json.loads(handle.read(MAX_CONTEXT_BYTES)).get("exception")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            continue
+        if isinstance(text, str) and any(w in text.lower() for w in _PEER_LOST):
+            saw[str(r)] = text.splitlines()[0][:300]
+    return saw
 
 
 def _native_stacks_of(folder: Path, rank: int) -> dict[str, str]:

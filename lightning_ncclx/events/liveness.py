@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from lightning_ncclx.dump.writer import host_name
 from lightning_ncclx.events.wire import MAX_PID, as_int, as_safe_name, as_text, json_object
@@ -49,15 +51,20 @@ class ProcessInfo:
                    None if ticks is None else as_int(ticks, "process start time", 0, 1 << 62), scope)
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start ticks) of ``pid``, or None when it has no ``/proc`` entry."""
+def _fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from the state letter on, or None without that entry."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read().decode(errors="replace")
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
-    return fields[0], int(fields[19])
+    return raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start ticks) of ``pid``, or None when it has no ``/proc`` entry."""
+    fields = _fields(pid)
+    return None if fields is None else (fields[0], int(fields[19]))
 
 
 def process_scope() -> str | None:
@@ -108,6 +115,39 @@ def state_of(info: ProcessInfo) -> str | None:
     """The ``/proc`` state letter (R, S, D, T, ...) of ``info``'s process while it is alive;
     None when it is gone or cannot be read."""
     return _observe(info) or None
+
+
+def wait_status_of(info: ProcessInfo) -> int | None:
+    """The wait status (as ``waitpid`` reports it) of ``info``'s process while it is a zombie: it
+    exited and its parent has not reaped it yet (field 52 of ``/proc/<pid>/stat``, Linux >= 3.5).
+    None for a live process, one already reaped, or where that cannot be read."""
+    if info.start_ticks is None:
+        return None
+    try:
+        fields = _fields(info.pid)
+        if fields is None or fields[0] != "Z" or int(fields[19]) != info.start_ticks or len(fields) < 50:
+            return None
+        status = int(fields[49])
+    except (OSError, ValueError, IndexError):
+        return None
+    return status if 0 <= status <= 0xFFFF else None
+
+
+def describe_wait_status(status: int) -> dict[str, Any]:
+    """``{"signal": "SIGABRT", "status": 134}`` for a process killed by a signal (the status as a
+    shell reports it, 128 + the signal's number), ``{"signal": None, "status": 1}`` for one that
+    exited."""
+    number = status & 0x7F
+    if number:
+        return {"signal": signal_name(number), "status": 128 + number}
+    return {"signal": None, "status": (status >> 8) & 0xFF}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
 
 
 def is_gone(info: ProcessInfo) -> bool:

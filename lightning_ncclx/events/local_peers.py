@@ -24,7 +24,7 @@ from typing import Callable
 
 from lightning_ncclx.events.connection import StoreClient
 from lightning_ncclx.events.keys import gone_key, procs_key
-from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of
+from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of, wait_status_of
 from lightning_ncclx.events.wire import BadValue
 
 MAX_PROCS_BYTES = 1 << 20
@@ -42,6 +42,9 @@ class LocalPeers:
         self._cached: dict[int, ProcessInfo] | None = None
         self._read_at = -CACHE_SECONDS
         self._reported: dict[int, set[int]] = {}
+        self.exits: dict[int, int] = {}
+        """Rank -> wait status of a peer found gone while it was still a zombie (its parent had not
+        reaped it): how it ended, known only in that moment and only on its host."""
 
     def register(self, me: ProcessInfo | None) -> None:
         """Once per watchdog (None: this process cannot be checked, and checks nobody)."""
@@ -97,7 +100,12 @@ class LocalPeers:
         return out
 
     def gone_now(self) -> set[int]:
-        return {r for r, info in self.peers().items() if is_gone(info)}
+        gone = {r for r, info in self.peers().items() if is_gone(info)}
+        for r in gone - set(self.exits):
+            status = wait_status_of(self.peers()[r])
+            if status is not None:
+                self.exits[r] = status
+        return gone
 
     def report_gone(self, event_number: int) -> set[int]:
         """:meth:`gone_now`, the ones not reported yet appended to ``ev/<n>/gone`` for every rank."""

@@ -85,3 +85,67 @@ def test_a_gloo_rank_gone_whose_peers_lost_their_connection_to_it_is_not_restart
     _gone(tmp_path, 2)
     d = analyze_folder(tmp_path).to_dict()
     assert d["culprit_ranks"] == [2] and d["restart_advice"]["action"] == "do_not_restart", d["hang_kind_reason"]
+
+
+def _gone_with(folder: Path, rank: int, exit_: dict) -> None:
+    (folder / f"rank_{rank:05d}.context.json").write_text(json.dumps({"rank": rank, "host": f"node-{rank}"}))
+    (folder / "collection.json").write_text(json.dumps({"gone_ranks": [rank], "missing_ranks": [rank],
+                                                        "gone_exits": {str(rank): exit_}}))
+
+
+ABORTED = {"signal": "SIGABRT", "status": 134, "found_gone_unix": 1.0,
+           "known_from": "its wait status, read from /proc by rank 0 on the same host before its parent reaped it"}
+
+
+def test_a_gloo_rank_aborted_while_the_others_wait_in_the_collective_is_an_argument_mismatch(tmp_path):
+    # collection.json names how rank 2 ended: SIGABRT, which gloo raises for a smaller buffer than its peers'
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo", last_state="scheduled"))
+    _gone_with(tmp_path, 2, ABORTED)
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["culprit_ranks"] == [2]
+    assert (d["hang_kind"], d["restart_advice"]["action"]) == ("argument_mismatch", "do_not_restart"), d["hang_kind_reason"]
+    assert "was aborted with SIGABRT (status 134)" in d["hang_kind_reason"]
+    assert d["context"]["rank_exits"]["2"]["signal"] == "SIGABRT"
+    row = next(r for r in d["per_rank"] if r["rank"] == 2)
+    assert "ended with SIGABRT (status 134)" in row["detail"], row
+    assert any(a.startswith("how it ended is known from its wait status") for a in d["advice"]), d["advice"]
+
+
+def test_an_exit_status_of_134_alone_is_an_abort_too(tmp_path):
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo"), exception="RuntimeError: Connection closed by peer")
+    _gone_with(tmp_path, 2, {"signal": None, "status": 134, "known_from": "the launcher"})
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["culprit_ranks"] == [2]
+    assert (d["hang_kind"], d["restart_advice"]["action"]) == ("argument_mismatch", "do_not_restart"), d["hang_kind_reason"]
+
+
+def test_a_peer_that_lost_its_connection_to_an_aborted_rank_is_never_restarted(tmp_path):
+    # rank 0 raised when rank 2 went and is named first; the lost connection would read as transient
+    _rank(tmp_path, 0, collectives(7, lib="gloo"), exception="RuntimeError: Connection closed by peer")
+    _rank(tmp_path, 1, collectives(8, lib="gloo", last_state="scheduled"))
+    _gone_with(tmp_path, 2, ABORTED)
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["restart_advice"]["action"] == "do_not_restart", (d["hang_kind"], d["hang_kind_reason"])
+    assert d["hang_kind"] == "argument_mismatch", d["hang_kind_reason"]
+
+
+def test_a_rank_killed_by_another_signal_stays_a_lost_rank(tmp_path):
+    # SIGKILL (the OOM killer, a node agent) says nothing about the collective's arguments
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo", last_state="scheduled"))
+    _gone_with(tmp_path, 2, {"signal": "SIGKILL", "status": 137, "known_from": "the launcher"})
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["hang_kind"] == "rank_lost" and "the dumps cannot tell which" in d["hang_kind_reason"]
+    row = next(r for r in d["per_rank"] if r["rank"] == 2)
+    assert "ended with SIGKILL (status 137)" in row["detail"]
+
+
+def test_an_exit_record_that_does_not_check_is_read_as_unknown(tmp_path):
+    for rank in (0, 1):
+        _rank(tmp_path, rank, collectives(8, lib="gloo", last_state="scheduled"))
+    _gone_with(tmp_path, 2, {"signal": "SIGABRT; rm -rf /", "status": 99999, "known_from": ["x"]})
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["hang_kind"] == "rank_lost"
+    assert d["context"]["rank_exits"]["2"] == {"signal": None, "status": None, "known_from": None, "peers_saw": {}}

@@ -52,3 +52,38 @@ def test_hostile_or_missing_files_read_as_no_frames(tmp_path: Path) -> None:
     junk.write_text("# main thread 0xzz\n" + "  File \"" + " " * 100000 + "\n")
     assert main_thread_frames(junk) == []
     assert main_thread_top(tmp_path) is None  # a folder
+
+
+def test_a_rank_aborted_in_native_code_leaves_a_record_of_the_signal(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from lightning_ncclx.dump.native_stacks import fatal_signal, main_thread_frames
+    from lightning_ncclx.layout import native_stacks_path
+
+    code = ("import os, sys; from pathlib import Path\n"
+            "from lightning_ncclx.dump.native_stacks import NativeStackTimer\n"
+            "timer = NativeStackTimer(Path(sys.argv[1]), 2); timer.start()\n"
+            "def training_step():\n    os.abort()\n"
+            "training_step()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -6, done.stderr
+    path = native_stacks_path(tmp_path, 2)
+    assert fatal_signal(path) == "SIGABRT", path.read_text()
+    assert any(f.endswith(" in training_step") for f in main_thread_frames(path)), path.read_text()
+
+
+def test_a_faulthandler_enabled_before_keeps_its_file(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import faulthandler, os, sys; from pathlib import Path\n"
+            "faulthandler.enable(sys.stderr)\n"
+            "from lightning_ncclx.dump.native_stacks import NativeStackTimer\n"
+            "NativeStackTimer(Path(sys.argv[1]), 0).start(); os.abort()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert "Fatal Python error: Aborted" in done.stderr
+    from lightning_ncclx.dump.native_stacks import fatal_signal
+    from lightning_ncclx.layout import native_stacks_path
+
+    assert fatal_signal(native_stacks_path(tmp_path, 0)) is None

@@ -1,4 +1,5 @@
-"""``is_gone`` on real processes: alive, exited but not reaped (zombie), reaped, pid reused."""
+"""``is_gone`` on real processes: alive, exited but not reaped (zombie), reaped, pid reused; how a
+zombie ended."""
 
 from __future__ import annotations
 
@@ -48,3 +49,24 @@ def test_a_pid_now_used_by_another_process_is_gone() -> None:
 
 def test_a_process_whose_pid_cannot_be_read_is_never_called_gone() -> None:
     assert not is_gone(ProcessInfo(1, "host", 1, None, "scope"))
+
+
+def test_how_a_zombie_ended_is_read_until_its_parent_reaps_it() -> None:
+    from lightning_ncclx.events.liveness import describe_wait_status, wait_status_of
+
+    aborts = subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(0.2); os.abort()"])
+    exits = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    try:
+        infos = {"abort": _info_of(aborts), "exit": _info_of(exits)}
+        deadline = time.monotonic() + 30
+        while not all(is_gone(i) for i in infos.values()) and time.monotonic() < deadline:  # zombies until reaped
+            time.sleep(0.02)
+        statuses = {k: wait_status_of(i) for k, i in infos.items()}
+        assert describe_wait_status(statuses["abort"]) == {"signal": "SIGABRT", "status": 134}, statuses
+        assert describe_wait_status(statuses["exit"]) == {"signal": None, "status": 3}, statuses
+    finally:
+        aborts.kill()
+        exits.kill()
+        aborts.wait()
+        exits.wait()
+    assert wait_status_of(infos["abort"]) is None  # reaped: only the parent knew
