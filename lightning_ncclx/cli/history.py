@@ -44,6 +44,16 @@ def run_history(paths: list[Path], fmt: str = "text", last: int = 20, min_count:
     return EXIT_FOUND if result["exclude"] else EXIT_OK
 
 
+def _store_lost_line(i: Incident) -> str:
+    wrote = ", ".join(map(str, i.dumped_ranks)) or "none"
+    missing = ", ".join(map(str, i.missing_ranks)) or "none"
+    seen = f" (a writer saw: {i.store_lost_seen})" if i.store_lost_seen else ""
+    then = (f"summarized: {i.kind}" if i.kind != "store_lost" else
+            f"not summarized: `lightning-ncclx summarize {i.folder}` for the verdict")
+    return (f"{i.event} in {i.folder}: the job's store was lost{seen}; rank(s) {wrote} wrote their dumps there, "
+            f"rank(s) {missing} did not (the store's host among them); {then}")
+
+
 def _shown(value: Any) -> str:
     """Text from a summary.json as the console shows it: no control characters, no markup."""
     from rich.markup import escape
@@ -64,9 +74,15 @@ def _print_tables(incidents: list[Incident], result: dict[str, Any], last: int, 
     for i in incidents[-last:] if last > 0 else incidents:
         run = " / ".join(x for x in (i.run_id, i.job_id) if x) or "-"
         kind = i.kind if i.recovered_after_seconds is None else f"recovered after {i.recovered_after_seconds:.1f} s"
-        table.add_row(*map(_shown, (i.time or "-", run, i.event, kind, ", ".join(map(str, i.culprit_ranks)) or "-",
+        culprit = ", ".join(map(str, i.culprit_ranks)) or "-"
+        if i.store_lost and not i.culprit_ranks:
+            culprit = f"missing {', '.join(map(str, i.missing_ranks)) or '-'}"
+        table.add_row(*map(_shown, (i.time or "-", run, i.event, kind, culprit,
                                     ", ".join(i.culprit_hosts) or "-", i.call_site or "-")))
     console.print(table)
+    for i in incidents[-last:] if last > 0 else incidents:
+        if i.store_lost:
+            console.print(_shown(_store_lost_line(i)))
     console.print("by kind: " + (", ".join(f"{_shown(k)} {n}" for k, n in result["by_kind"].items()) or "none"))
     if result["recovered"]:
         console.print(f"recovered (waits that ended, not hangs; counted apart): {result['recovered']}")

@@ -1,7 +1,9 @@
 """The incidents (summary.json) under many runs, tallied by
 hang kind, culprit host, rank and call site; a host behind several recent incidents is flagged
 and listed for SLURM's ``--exclude``. An event that recovered (every rank moved on: a wait that
-ended) is counted apart and never indicts a host.
+ended) is counted apart and never indicts a host. A ``store-lost-NNN`` folder (the job's store
+died with its host; the survivors dumped alone) is an incident of kind ``store_lost`` until a
+``summarize`` of it is written there.
 
 Example::
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_ncclx.report.incident_file import Incident, NotAnIncident, incident_from, read_incident
+from lightning_ncclx.report.store_lost import is_store_lost_folder, store_lost_incident
 
 __all__ = ["Incident", "find_incidents", "tally"]
 
@@ -47,10 +50,27 @@ def _analyzed(folder: Path) -> Incident | None:
         return None
 
 
+def _store_lost(folder: Path, problems: list[str]) -> Incident | None:
+    """A ``store-lost-NNN`` folder: what its writers' contexts say, with the summary of a later
+    ``summarize`` where one was written there (never analyzed here: its dumps are the survivors'
+    only, and its kind is what the summary says, or ``store_lost``)."""
+    summarized = None
+    if (folder / "summary.json").exists() or (folder / "summary.json").is_symlink():
+        try:
+            summarized = read_incident(folder / "summary.json")
+        except NotAnIncident as why:
+            problems.append(f"{folder / 'summary.json'}: {why}")
+    incident = store_lost_incident(folder, summarized)
+    if incident is None:
+        problems.append(f"{folder}: a store-lost folder with no readable rank context")
+    return incident
+
+
 def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
     """Every ``summary.json`` under ``paths`` (a summary's own ``ranks/`` copies are skipped),
-    and every event folder of dumps without one (analyzed now), oldest first; and the paths that
-    could not be read."""
+    every event folder of dumps without one (analyzed now) and every ``store-lost-NNN`` folder
+    (the ranks that wrote there and those that did not), oldest first; and the paths that could
+    not be read."""
     found: dict[str, Incident] = {}
     problems: list[str] = []
     for root in paths:
@@ -59,13 +79,17 @@ def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
             continue
         files = [] if root.is_dir() else [root]  # a FIFO or device given by name is refused by the read
         unsummarized: list[Path] = []
+        store_lost: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(root) if root.is_dir() else ():
             dirnames[:] = sorted(n for n in dirnames if n != "ranks")
-            if "summary.json" in filenames:
+            if is_store_lost_folder(Path(dirpath)) and ("summary.json" in filenames
+                                                        or any(_CONTEXT.match(n) for n in filenames)):
+                store_lost.append(Path(dirpath))
+            elif "summary.json" in filenames:
                 files.append(Path(dirpath) / "summary.json")
             elif any(_CONTEXT.match(n) for n in filenames):
                 unsummarized.append(Path(dirpath))
-            if len(files) + len(unsummarized) > MAX_FOLDERS:
+            if len(files) + len(unsummarized) + len(store_lost) > MAX_FOLDERS:
                 problems.append(f"{root}: more than {MAX_FOLDERS} incidents; the rest were not read")
                 break
         for folder in unsummarized:
@@ -73,6 +97,10 @@ def find_incidents(paths: Iterable[Path]) -> tuple[list[Incident], list[str]]:
             if incident is None:
                 problems.append(f"{folder}: an event folder without summary.json whose dumps could not be analyzed")
             else:
+                found.setdefault(str((folder / "summary.json").resolve()), incident)
+        for folder in store_lost:
+            incident = _store_lost(folder, problems)
+            if incident is not None:
                 found.setdefault(str((folder / "summary.json").resolve()), incident)
         for path in files:
             try:

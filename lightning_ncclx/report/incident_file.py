@@ -44,6 +44,15 @@ class Incident:
     op: str | None
     recovered_after_seconds: float | None = None
     """Set when the event recovered: not a hang."""
+    store_lost: bool = False
+    """A ``store-lost-NNN`` folder: the job's store died with its host and each surviving rank
+    dumped alone (:mod:`lightning_ncclx.report.store_lost`)."""
+    dumped_ranks: tuple[int, ...] = ()
+    """Store-lost folders: the ranks that wrote their dump there."""
+    missing_ranks: tuple[int, ...] = ()
+    """Store-lost folders: the ranks of the job that did not (the store's host among them)."""
+    store_lost_seen: str | None = None
+    """Store-lost folders: what a writer saw when the store went (its exception, else why)."""
 
 
 class NotAnIncident(ValueError):
