@@ -476,10 +476,16 @@ class AlertsConfig:
     """Tries per sink (backoff 1 s, 2 s, ... between them), within ``deadline_seconds``."""
     deadline_seconds: float = 20.0
     """Bound on all of one alert's delivery: also the most it can delay the exit of the summarizing rank."""
-    confirm_seconds: float = 10.0
-    """A stall pages once the heartbeat it is about has not moved for this long (or when the hang is
-    confirmed for ``dump_and_exit``, if that comes first); a wait that ends sooner pages nobody, one
-    that ends later sends the trigger's resolve. Raise it where longer pauses are normal."""
+    confirm_seconds: float = 4.0
+    """A stall pages once its summary is written and the heartbeat it is about has not moved for
+    this long (or when the hang is confirmed for ``dump_and_exit``, if that comes first); a wait
+    that ends sooner pages nobody, one that ends later sends the trigger's resolve. 4 s: above the
+    consensus's 2 s floor, so the page follows the summary within about 2 s. Raise it where longer
+    pauses are normal."""
+    stragglers: bool = False
+    """Also send a warning (PagerDuty severity ``warning``) when straggler detection names a slow rank."""
+    straggler_min_interval_seconds: float = 600.0
+    """At most one straggler warning per this many seconds for the whole job (0: one per episode)."""
 
     def __post_init__(self) -> None:
         key = "ncclx.alerts"
@@ -497,6 +503,12 @@ class AlertsConfig:
         _finite_positive(f"{key}.attempt_timeout_seconds", self.attempt_timeout_seconds)
         _finite_positive(f"{key}.deadline_seconds", self.deadline_seconds)
         _finite_positive(f"{key}.confirm_seconds", self.confirm_seconds)
+        _require(isinstance(self.straggler_min_interval_seconds, (int, float))
+                 and not isinstance(self.straggler_min_interval_seconds, bool)
+                 and math.isfinite(self.straggler_min_interval_seconds)
+                 and 0 <= self.straggler_min_interval_seconds <= 7 * 24 * 3600,
+                 f"{key}.straggler_min_interval_seconds", self.straggler_min_interval_seconds,
+                 "expected seconds from 0 (one warning per episode) to 604800 (a week)")
         _require(isinstance(self.attempts, int) and not isinstance(self.attempts, bool) and 1 <= self.attempts <= 10,
                  f"{key}.attempts", self.attempts, "expected an integer from 1 to 10")
 

@@ -1,5 +1,6 @@
 """The alert document: job identity, kind, culprits, group and collective, first advice, restart
-advice, exit status and where the summary is, read from the event's ``summary.json``.
+advice, exit status and where the summary is, read from the event's ``summary.json``; and the
+lower-severity straggler warning, from a straggler episode.
 
 Webhooks get it as is (``text`` is the one-screen headline Slack shows); PagerDuty gets it as
 ``custom_details``."""
@@ -12,6 +13,8 @@ import os
 import socket
 from pathlib import Path
 from typing import Any, Mapping
+
+import lightning_ncclx.analysis.rank_sets as rank_sets
 
 ALERT_SCHEMA = "lightning-ncclx/alert/1"
 MAX_SUMMARY_BYTES = 64 * 1024 * 1024
@@ -36,9 +39,20 @@ def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
-def _culprit_hosts(summary: Mapping[str, Any], culprits: list[Any]) -> list[str]:
-    hosts = summary.get("hosts") if isinstance(summary.get("hosts"), dict) else {}
-    return sorted({str(hosts[str(r)]) for r in culprits if str(r) in hosts})
+def _culprits(summary: Mapping[str, Any]) -> list[int]:
+    """``culprit_ranks``: a list, or ranges past 64 ranks (schema 2); [] when malformed."""
+    try:
+        return list(rank_sets.decode(summary.get("culprit_ranks", [])))
+    except ValueError:
+        return []
+
+
+def _culprit_hosts(summary: Mapping[str, Any], culprits: list[int]) -> list[str]:
+    try:
+        hosts = rank_sets.rank_map(summary, "host_ranks", "hosts")  # schema 2, else schema 1's rank -> host
+    except ValueError:
+        hosts = {}
+    return sorted({hosts[r] for r in culprits if r in hosts})
 
 
 def job_identity(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -50,7 +64,7 @@ def trigger_document(folder: Path, summary: Mapping[str, Any], *, event: str, re
                      dedup_key: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a trigger says about the confirmed event in ``folder`` (``summary``: its summary.json, or {})."""
     incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
-    culprits = [r for r in _list(summary.get("culprit_ranks")) if isinstance(r, int)]
+    culprits = _culprits(summary)
     group = summary.get("process_group") if isinstance(summary.get("process_group"), dict) else {}
     advice = [str(a) for a in _list(summary.get("advice"))]
     restart = summary.get("restart_advice") if isinstance(summary.get("restart_advice"), dict) else {}
@@ -119,3 +133,38 @@ def dedup_key(folder: Path, summary: Mapping[str, Any], event: str) -> str:
     incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
     run = incident.get("run_id") or folder.absolute().parent.name
     return f"lightning-ncclx/{run}/{hashlib.sha1(str(folder.absolute()).encode()).hexdigest()[:8]}/{event}"
+
+
+STRAGGLER_SEVERITY = "warning"
+
+
+def straggler_document(folder: Path, episode: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+                       ) -> dict[str, Any]:
+    """A warning that straggler detection named a slow rank (``episode``: its ``to_json()``);
+    ``folder``: the run's dump folder, where ``stragglers.json`` is."""
+    rank, host = episode.get("rank"), str(episode.get("host") or "")
+    run = folder.absolute().name
+    key = hashlib.sha1(str(folder.absolute()).encode()).hexdigest()[:8]
+    message = str(episode.get("message") or f"rank {rank} is slower than its peers")
+    return {
+        "schema": ALERT_SCHEMA,
+        "action": "trigger",
+        "severity": STRAGGLER_SEVERITY,
+        "dedup_key": f"lightning-ncclx/{run}/{key}/straggler-rank{rank}",
+        "text": f"lightning-ncclx: straggler warning in {run} (not a hang: the job goes on)\n{message}"[:TEXT_LIMIT],
+        "event": f"straggler-rank{rank}-interval{episode.get('opened_interval')}",
+        "reason": "straggler",
+        "kind": "straggler",
+        "headline": message,
+        "culprit_ranks": [rank] if isinstance(rank, int) else [],
+        "culprit_hosts": [host] if host else [],
+        "part": episode.get("part"),
+        "score_max": episode.get("score_max"),
+        "episode": dict(episode),
+        "exit_code": None,
+        "run_id": run,
+        "job": job_identity(environ),
+        "source_host": socket.gethostname(),
+        "folder": str(folder.absolute()),
+        "stragglers_json": str((folder / "stragglers.json").absolute()),
+    }

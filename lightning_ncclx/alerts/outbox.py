@@ -35,6 +35,12 @@ def claim(path: Path) -> bool:
     return True
 
 
+def takeover_claim_path(path: Path, generation: int) -> Path:
+    """The file a rank creates exclusively to send ``path``'s alert in place of a sender that is
+    gone (``generation`` 1 for the first takeover, 2 if that rank died too, ...)."""
+    return path.with_name(f".{path.name}.takeover-{generation}")
+
+
 def write_alert(path: Path, document: Mapping[str, Any], sinks: Mapping[str, Mapping[str, Any]]) -> None:
     atomic_write_text(path, json.dumps({"document": dict(document), "sinks": {k: dict(v) for k, v in sinks.items()}},
                                        indent=1) + "\n")

@@ -18,6 +18,8 @@ from typing import Any, Mapping, Protocol
 
 USER_AGENT = "lightning-ncclx-alerts/1"
 PAGERDUTY_SUMMARY_LIMIT = 1024
+SEVERITIES = ("critical", "error", "warning", "info")
+"""PagerDuty's; a document that names one (a straggler warning: ``warning``) overrides the sink's."""
 
 
 class DeliveryError(Exception):
@@ -100,7 +102,7 @@ def pagerduty_body(document: Mapping[str, Any], routing_key: str, severity: str)
         body["payload"] = {
             "summary": str(document.get("text", "")).split("\n", 1)[0][:PAGERDUTY_SUMMARY_LIMIT],
             "source": str(document.get("source_host") or "unknown"),
-            "severity": severity,
+            "severity": document["severity"] if document.get("severity") in SEVERITIES else severity,
             "component": "lightning-ncclx",
             "group": str(document.get("run_id") or ""),
             "class": str(document.get("kind") or ""),

@@ -23,7 +23,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lightning_ncclx.config import FlightRecorderConfig, StragglerConfig
+from lightning_ncclx.config import AlertsConfig, FlightRecorderConfig, StragglerConfig
 from lightning_ncclx.dump.location import resolve_dump_dir
 from lightning_ncclx.straggler.runtime import StragglerRuntime
 from lightning_ncclx.straggler.timings import StepRecorder
@@ -42,11 +42,13 @@ class StragglerDetector(Callback):
         dump_dir: where ``stragglers.json`` goes; default ``resolve_dump_dir(flight_recorder.dump_dir,
             trainer.default_root_dir)``, the run's dump folder.
         flight_recorder: read for ``dump_dir`` only.
+        alerts: where a straggler warning goes when ``alerts.stragglers`` is on (default: none).
     """
 
     def __init__(self, config: StragglerConfig | None = None, *, dump_dir: str | os.PathLike[str] | None = None,
-                 flight_recorder: FlightRecorderConfig | None = None) -> None:
+                 flight_recorder: FlightRecorderConfig | None = None, alerts: AlertsConfig | None = None) -> None:
         self.config = config if config is not None else StragglerConfig()
+        self.alerts = alerts
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
         self.flight_recorder = flight_recorder if flight_recorder is not None else FlightRecorderConfig()
         self._runtime: StragglerRuntime | None = None
@@ -97,7 +99,7 @@ class StragglerDetector(Callback):
         self._batches = 0
         store = shared_client(default_store(), op_timeout_seconds=self.config.poll_interval_seconds)
         runtime = StragglerRuntime(self.config, rank=rank, world_size=world, store=store, host=host_name(),
-                                   fit=fit, dump_dir=dump_dir)
+                                   fit=fit, dump_dir=dump_dir, alerts=getattr(self, "alerts", None))
         runtime.start()
         self._runtime = runtime
         if rank == 0:

@@ -3,7 +3,8 @@
 Every rank's thread turns the main thread's step records of an interval into one
 ``IntervalSummary`` and writes it to the job's store. The reading rank's thread (global rank 0)
 also waits for every rank's summary of an interval, scores it, warns once per episode, writes
-``stragglers.json`` and hands the metrics back for the Trainer's loggers. The main thread only
+``stragglers.json``, sends a straggler warning when ``ncclx.alerts.stragglers`` is on (rate
+limited) and hands the metrics back for the Trainer's loggers. The main thread only
 puts a list on a queue; the thread never calls a collective, catches and logs its own errors,
 and is a daemon joined with a timeout, so it never holds up shutdown.
 """
@@ -17,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lightning_ncclx.config import StragglerConfig
+from lightning_ncclx.alerts import AlertNotifier
+from lightning_ncclx.config import AlertsConfig, StragglerConfig
 from lightning_ncclx.straggler import exchange
 from lightning_ncclx.straggler.scores_file import build_document, write_document
 from lightning_ncclx.straggler.scoring import EpisodeTracker, IntervalScores, score_interval
@@ -32,7 +34,7 @@ class StragglerRuntime:
     """Queue, thread and (on the reading rank) scores of one rank during one fit."""
 
     def __init__(self, config: StragglerConfig, *, rank: int, world_size: int, store: Any, host: str, fit: int,
-                 dump_dir: Path | None) -> None:
+                 dump_dir: Path | None, alerts: AlertsConfig | None = None) -> None:
         self.config = config
         self.rank = rank
         self.world_size = world_size
@@ -41,6 +43,9 @@ class StragglerRuntime:
         self.fit = fit
         self.dump_dir = dump_dir
         self.reader = rank == 0
+        self.alerts = (AlertNotifier(alerts, rank=rank) if self.reader and dump_dir is not None and alerts is not None
+                       and alerts.enabled and alerts.stragglers and alerts.has_sink else None)
+        """Sends the straggler warnings (reading rank only, when ``ncclx.alerts.stragglers`` is on)."""
         self.tracker = EpisodeTracker(config.threshold, config.patience, config.interval_steps)
         self.latest: IntervalScores | None = None
         self.intervals_scored = 0
@@ -76,6 +81,8 @@ class StragglerRuntime:
             self._thread.join(timeout_seconds)
             if self._thread.is_alive():
                 log.warning("[rank %d] straggler thread still busy at shutdown; left behind (daemon)", self.rank)
+        if self.alerts is not None:  # at most ncclx.alerts.deadline_seconds, only while a warning is in flight
+            self.alerts.drain()
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -146,6 +153,8 @@ class StragglerRuntime:
             open_now = len(self.tracker.open_episodes)
         for episode in opened:
             log.warning("straggler: %s", episode.message)
+            if self.alerts is not None and self.dump_dir is not None:
+                self.alerts.straggler(self.dump_dir, episode.to_json())
         for episode in closed:
             log.info("straggler: rank %d on %s back within %.2fx of its peers (episode from interval %d to %d)",
                      episode.rank, episode.host, self.config.threshold, episode.first_interval,

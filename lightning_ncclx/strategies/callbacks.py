@@ -50,14 +50,18 @@ def attach_metrics_exporter(trainer: Any, ncclx: NcclxConfig) -> Any:
 
 
 def attach_default_straggler_detector(trainer: Any, ncclx: NcclxConfig, dump_dir: Path | None) -> Any:
-    """Add a ``StragglerDetector`` to ``trainer.callbacks`` unless one is there; returns the one in use."""
+    """Add a ``StragglerDetector`` to ``trainer.callbacks`` unless one is there; returns the one in use
+    (one the user added learns ``ncclx.alerts`` when it has none of its own)."""
     from lightning_ncclx.straggler import StragglerDetector
 
     for callback in trainer.callbacks:
         if isinstance(callback, StragglerDetector):
             if getattr(callback, "dump_dir", None) is None and dump_dir is not None:
                 callback.dump_dir = dump_dir
+            if getattr(callback, "alerts", None) is None:
+                callback.alerts = ncclx.alerts
             return callback
-    detector = StragglerDetector(ncclx.straggler, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder)
+    detector = StragglerDetector(ncclx.straggler, dump_dir=dump_dir, flight_recorder=ncclx.flight_recorder,
+                                 alerts=ncclx.alerts)
     trainer.callbacks.append(detector)
     return detector

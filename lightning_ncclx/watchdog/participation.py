@@ -127,6 +127,7 @@ class Runtime(Protocol):
     def exit_job(self, event: EventMeta, exit_code: int) -> None: ...
     def alert(self, action: str, opened: "OpenEvent", *, exit_code: int | None = None,
               lasted_seconds: float = 0.0) -> None: ...
+    def take_over_alerts(self, opened: "OpenEvent") -> None: ...
 
 
 class EventParticipation:
@@ -279,6 +280,12 @@ class EventParticipation:
     def follow(self, *, force: bool = False, rung: bool = False) -> None:
         """One step for every open event; ``rung``: this rank's bell rang since the last call."""
         for opened in list(self.open.values()):
+            if not opened.initiator:  # before the store: the sender may have been the store's host
+                try:
+                    self.rt.take_over_alerts(opened)
+                except Exception:  # noqa: BLE001
+                    log.warning("[rank %d] checking %s's alerts failed", self.rt.rank, opened.event.name,
+                                exc_info=True)
             try:
                 self._follow_one(opened, force or rung)
             except Exception:  # noqa: BLE001 - the store may be gone; try again at the next tick

@@ -74,11 +74,12 @@ class WatchdogRuntime:
                  clock: Callable[[], float] = time.monotonic,
                  exit_fn: Callable[[int], None] | None = None, alerts: AlertsConfig | None = None) -> None:
         self.config = config
-        self.alerts = AlertNotifier(alerts) if alerts is not None and alerts.enabled and alerts.has_sink else None
         self.dump_dir = Path(dump_dir)
         self.stack_traces = stack_traces
         self.heartbeat = Heartbeat(config, clock=clock)
         self.rank, self.world_size, job_store = _job_identity()
+        self.alerts = (AlertNotifier(alerts, rank=self.rank) if alerts is not None and alerts.enabled
+                       and alerts.has_sink else None)
         self._store_address = StoreAddress.of(job_store)
         self.client: StoreClient = shared_client(job_store, op_timeout_seconds=config.poll_interval_seconds)
         self.coordinator = EventCoordinator(
@@ -559,6 +560,12 @@ class WatchdogRuntime:
             notifier.trigger(result.folder, event=opened.event.name, reason=opened.event.reason, exit_code=exit_code)
         else:
             notifier.resolve(result.folder, event=opened.event.name, lasted_seconds=lasted_seconds)
+
+    def take_over_alerts(self, opened: Any) -> None:
+        """Send the alerts of an event another rank summarized when that rank's process died while
+        sending them (same host: the event folder and ``/proc`` are this rank's to read)."""
+        if self.alerts is not None:
+            self.alerts.take_over(self.dump_dir / opened.event.name)
 
     def drain_alerts(self) -> None:
         """Before this process ends: wait for alerts being sent, at most ``ncclx.alerts.deadline_seconds``."""

@@ -23,7 +23,12 @@ def test_a_value_where_a_variable_name_belongs_is_refused_without_echoing_it(val
 
 
 @pytest.mark.parametrize(("key", "value"), [("attempts", 0), ("deadline_seconds", 0.0), ("command", " "),
-                                            ("attempt_timeout_seconds", float("inf"))])
+                                            ("attempt_timeout_seconds", float("inf")),
+                                            ("straggler_min_interval_seconds", -1.0),
+                                            ("straggler_min_interval_seconds", float("inf")),
+                                            ("straggler_min_interval_seconds", 8 * 24 * 3600.0),
+                                            ("straggler_min_interval_seconds", True),
+                                            ("stragglers", "yes"), ("confirm_seconds", 0.0)])
 def test_bounds_are_checked(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=f"ncclx.alerts.{key}"):
         AlertsConfig(**{key: value})
@@ -62,3 +67,26 @@ def test_a_watchdog_the_user_added_learns_ncclx_alerts_unless_it_has_its_own(tmp
                           default_root_dir=tmp_path, callbacks=[watchdog])
         assert attach_default_watchdog(trainer, ncclx, tmp_path) is watchdog
         assert watchdog.alerts is expected
+
+
+def test_straggler_warnings_are_off_by_default_and_zero_means_one_per_episode() -> None:
+    assert not AlertsConfig().stragglers and AlertsConfig().straggler_min_interval_seconds == 600.0
+    assert AlertsConfig(stragglers=True, straggler_min_interval_seconds=0).straggler_min_interval_seconds == 0
+
+
+def test_the_strategy_hands_ncclx_alerts_to_its_straggler_detector(tmp_path) -> None:  # noqa: ANN001
+    from lightning.pytorch import Trainer
+
+    from lightning_ncclx.straggler import StragglerDetector
+    from lightning_ncclx.strategies.callbacks import attach_default_straggler_detector
+
+    ncclx = ncclx_config_from({"alerts": {"enabled": True, "stragglers": True, "command": "true"}})
+    own = AlertsConfig(enabled=True, command="false")
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    assert attach_default_straggler_detector(trainer, ncclx, tmp_path).alerts is ncclx.alerts
+    for given, expected in ((None, ncclx.alerts), (own, own)):
+        detector = StragglerDetector(alerts=given)
+        trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                          default_root_dir=tmp_path, callbacks=[detector])
+        assert attach_default_straggler_detector(trainer, ncclx, tmp_path) is detector
+        assert detector.alerts is expected

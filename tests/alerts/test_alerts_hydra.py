@@ -1,4 +1,4 @@
-"""The packaged ``alerts`` group: ``+alerts=webhook`` and ``+alerts=pagerduty`` compose into
+"""The packaged ``alerts`` group: ``+alerts=webhook``, ``+alerts=pagerduty`` and ``+alerts=stragglers`` compose into
 ``ncclx.alerts`` of the examples' apps and build a valid config (names of variables, no secret)."""
 
 from __future__ import annotations
@@ -46,3 +46,9 @@ def test_both_recipes_at_once_and_an_override() -> None:
 
 def test_without_a_recipe_alerts_stay_off() -> None:
     assert not ncclx_config_from(_compose([]).ncclx).alerts.enabled
+
+
+def test_the_stragglers_recipe_adds_straggler_warnings_to_a_sink() -> None:
+    config = ncclx_config_from(_compose(["+alerts=[webhook,stragglers]"]).ncclx).alerts
+    assert config.enabled and config.has_sink and config.stragglers
+    assert config.straggler_min_interval_seconds == 600.0

@@ -182,3 +182,29 @@ def test_a_sigkilled_culprit_still_pages_exactly_once(tmp_path: Path, alert_job:
     assert len(hooks) == 1 and len(pds) == 1, (hooks, pds, result.log[-4000:])
     assert hooks[0]["body"]["culprit_ranks"] == [2] and hooks[0]["body"]["reason"] == "exception"
     assert (folder / "alert-trigger.json").is_file()
+
+
+def test_a_sender_sigkilled_as_it_sends_is_taken_over_by_one_other_rank(tmp_path: Path, alert_job: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 is stuck; the rank that summarized the stall is SIGKILLed at the moment it would
+    deliver the trigger (the file is written, every sink pending). A surviving rank on the host
+    sees the sender's process gone, claims the takeover and sends: exactly one trigger arrives."""
+    marker = tmp_path / "killed-sender"
+    with alert_server(tmp_path / "server") as server:
+        _alerts_env(monkeypatch, server.url("/hook/x"), server.url("/pd"), confirm=4.0)
+        monkeypatch.setenv("NCCLX_TEST_KILL_SENDER", str(marker))
+        result = harness.run_ranks_by_hand(tmp_path, 3, "--fault", "stuck_train", "--fault-rank", "1",
+                                           timeout=200.0)
+        assert marker.is_file(), result.log[-6000:]
+        killed = int(marker.read_text())
+        folder = _one_event(result, "stall-")
+        hooks, pds = server.posts("/hook/"), server.posts("/pd")
+    assert len(hooks) == 1 and len(pds) == 1, (hooks, pds, result.log[-6000:])
+    assert hooks[0]["body"]["action"] == "trigger" and hooks[0]["body"]["culprit_ranks"] == [1]
+    assert pds[0]["body"]["dedup_key"] == hooks[0]["body"]["dedup_key"]
+    kept = json.loads((folder / "alert-trigger.json").read_text())
+    assert {name: entry["state"] for name, entry in kept["sinks"].items()} == {"webhook": "sent", "pagerduty": "sent"}
+    senders = {entry["sender"]["rank"] for entry in kept["sinks"].values()}
+    assert len(senders) == 1 and killed not in senders, (kept, killed)
+    assert {entry["taken_over_from"] for entry in kept["sinks"].values()} == {killed}
+    assert result.log.count("whose process is gone: sending it") == 1, result.log[-6000:]

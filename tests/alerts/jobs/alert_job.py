@@ -1,12 +1,15 @@
 """The watchdog tests' job (``tests/watchdog/jobs/train_job.py``, same arguments) with alerts:
 its ``StallWatchdog`` gets ``AlertsConfig(**json.loads($NCCLX_TEST_ALERTS))``. With
 ``$NCCLX_TEST_PAUSE=rank,batch,seconds`` that rank waits that long after that batch (before
-the heartbeat of its end), while the others wait for it in the next step: a wait that ends."""
+the heartbeat of its end), while the others wait for it in the next step: a wait that ends.
+With ``$NCCLX_TEST_KILL_SENDER=<path>`` the first process about to deliver a trigger creates
+that file (its rank inside) and SIGKILLs itself: the sender dies at the moment it would send."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -33,6 +36,28 @@ class AlertingWatchdog(watchdog_package.StallWatchdog):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
+def _kill_the_first_sender(marker: str) -> None:
+    import lightning_ncclx.alerts.notifier as notifier
+
+    deliver = notifier.deliver
+
+    def deliver_or_die(path, document, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if document.get("action") == "trigger":
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, os.environ.get("LOCAL_RANK", "0").encode())
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return deliver(path, document, *args, **kwargs)
+
+    notifier.deliver = deliver_or_die
+
+
+if os.environ.get("NCCLX_TEST_KILL_SENDER"):
+    _kill_the_first_sender(os.environ["NCCLX_TEST_KILL_SENDER"])
 watchdog_package.StallWatchdog = AlertingWatchdog  # train_job imports it when it builds the callbacks
 
 if __name__ == "__main__":

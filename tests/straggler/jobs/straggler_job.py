@@ -10,7 +10,8 @@ rank's step is ``step-ms`` x uniform(1 - noise, 1 + noise), independently per ra
 ``--attach``: ``callback`` adds ``StragglerDetector`` to stock ``ddp``; ``strategy`` uses
 ``--strategy`` (``ddp_ncclx``, ``fsdp_ncclx`` or ``fsdp2_ncclx``, which attach it); ``none``
 imports nothing from lightning_ncclx (zero-code adoption through the entry point and
-``LIGHTNING_NCCLX_WATCH``).
+``LIGHTNING_NCCLX_WATCH``). ``--fault-rank`` takes a comma-separated list (several slow ranks).
+With ``--attach strategy``, ``$NCCLX_TEST_ALERTS`` (JSON) is the strategy's ``ncclx.alerts``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--fault", default="none", choices=["none", "slow_compute", "slow_loader", "noisy"])
-    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--fault-rank", type=lambda text: [int(r) for r in text.split(",")], default=[2])
     p.add_argument("--slow-fraction", type=float, default=0.3)
     p.add_argument("--noise", type=float, default=0.2)
     p.add_argument("--step-ms", type=float, default=100.0)
@@ -58,7 +59,7 @@ class Data(Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         a = self.args
-        if a.fault == "slow_loader" and local_rank() == a.fault_rank:
+        if a.fault == "slow_loader" and local_rank() in a.fault_rank:
             time.sleep(a.slow_fraction * a.step_ms / 1e3)
         return torch.randn(4)
 
@@ -73,7 +74,7 @@ class Model(LightningModule):
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         a = self.args
         seconds = a.step_ms / 1e3
-        if a.fault == "slow_compute" and local_rank() == a.fault_rank:
+        if a.fault == "slow_compute" and local_rank() in a.fault_rank:
             seconds *= 1.0 + a.slow_fraction
         if a.fault == "noisy":
             seconds *= self.noise.uniform(1.0 - a.noise, 1.0 + a.noise)
@@ -109,7 +110,12 @@ def main() -> int:
 
         cls = {"ddp_ncclx": strategies.DDPNcclxStrategy, "fsdp_ncclx": strategies.FSDPNcclxStrategy,
                "fsdp2_ncclx": strategies.FSDP2NcclxStrategy}[args.strategy]
-        strategy = cls(ncclx={"backend": "gloo", "straggler": settings, "flight_recorder": {"buffer_size": 2000}})
+        ncclx = {"backend": "gloo", "straggler": settings, "flight_recorder": {"buffer_size": 2000}}
+        if os.environ.get("NCCLX_TEST_ALERTS"):
+            import json
+
+            ncclx["alerts"] = json.loads(os.environ["NCCLX_TEST_ALERTS"])
+        strategy = cls(ncclx=ncclx)
     trainer = Trainer(accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=1,
                       limit_train_batches=batches, limit_val_batches=0, num_sanity_val_steps=0,
                       callbacks=callbacks, enable_progress_bar=False, enable_model_summary=False,
