@@ -5,9 +5,10 @@ Runs the alert tests' job (``tests/alerts/jobs/alert_job.py``: the watchdog test
 Lightning fit on gloo, with ``ncclx.alerts`` posting to ``tests/alerts/alert_server.py`` in its
 own process). Rank 2 gets stuck in ``training_step`` and writes a marker file as it does (the
 fault's time); the summary's time is ``summary.json``'s; the alert's is when the server read it.
-A trigger goes out once the stalled heartbeat is ``ncclx.alerts.confirm_seconds`` old (10 s), or
-at the learned step threshold if that is shorter, so fault -> alert is about that bar, not the
-summary's few seconds.
+A trigger goes out once the summary is written and the stalled heartbeat is
+``ncclx.alerts.confirm_seconds`` old (4 s), or at the learned step threshold if that is shorter.
+The heartbeat is the step's start, a step (1 s) before the fault: the consensus writes the
+summary about 3 s after the fault, past the 4 s bar, and the alert goes out with it.
 
     python bench/bench_alert_latency.py [--runs 20] [--settings defaults|fast]
 
