@@ -47,7 +47,9 @@ def teardown_stacks_path(dump_dir: Path, rank: int) -> Path:
     return Path(dump_dir) / f"teardown-rank{rank}.{STACKS_SUFFIX}"
 
 
-REPORT_FILES = ("summary.json", "summary.txt", "summary.html", "summary.md")
+RANK_DETAIL_FILE = "summary-ranks.json"
+"""The per-rank detail beside ``summary.json`` (``docs/summary-json.md``), written after it."""
+REPORT_FILES = ("summary.json", "summary.txt", "summary.html", "summary.md", RANK_DETAIL_FILE)
 STRAGGLERS_FILE = "stragglers.json"
 """Live straggler detection's scores, in the run's dump folder and in each event folder."""
 

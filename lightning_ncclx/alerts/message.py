@@ -14,6 +14,8 @@ import socket
 from pathlib import Path
 from typing import Any, Mapping
 
+import lightning_ncclx.analysis.rank_sets as rank_sets
+
 ALERT_SCHEMA = "lightning-ncclx/alert/1"
 MAX_SUMMARY_BYTES = 64 * 1024 * 1024
 _JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_CLUSTER_NAME", "TORCHELASTIC_RUN_ID", "PBS_JOBID",
@@ -37,9 +39,20 @@ def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
-def _culprit_hosts(summary: Mapping[str, Any], culprits: list[Any]) -> list[str]:
-    hosts = summary.get("hosts") if isinstance(summary.get("hosts"), dict) else {}
-    return sorted({str(hosts[str(r)]) for r in culprits if str(r) in hosts})
+def _culprits(summary: Mapping[str, Any]) -> list[int]:
+    """``culprit_ranks``: a list, or ranges past 64 ranks (schema 2); [] when malformed."""
+    try:
+        return list(rank_sets.decode(summary.get("culprit_ranks", [])))
+    except ValueError:
+        return []
+
+
+def _culprit_hosts(summary: Mapping[str, Any], culprits: list[int]) -> list[str]:
+    try:
+        hosts = rank_sets.rank_map(summary, "host_ranks", "hosts")  # schema 2, else schema 1's rank -> host
+    except ValueError:
+        hosts = {}
+    return sorted({hosts[r] for r in culprits if r in hosts})
 
 
 def job_identity(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -51,7 +64,7 @@ def trigger_document(folder: Path, summary: Mapping[str, Any], *, event: str, re
                      dedup_key: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a trigger says about the confirmed event in ``folder`` (``summary``: its summary.json, or {})."""
     incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
-    culprits = [r for r in _list(summary.get("culprit_ranks")) if isinstance(r, int)]
+    culprits = _culprits(summary)
     group = summary.get("process_group") if isinstance(summary.get("process_group"), dict) else {}
     advice = [str(a) for a in _list(summary.get("advice"))]
     restart = summary.get("restart_advice") if isinstance(summary.get("restart_advice"), dict) else {}

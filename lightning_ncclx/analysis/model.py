@@ -10,7 +10,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, NamedTuple, Sequence
 
-SCHEMA = "lightning-ncclx/summary/1"
+import lightning_ncclx.analysis.rank_sets as rank_sets
+
+SCHEMA = "lightning-ncclx/summary/2"
+"""``summary.json``'s schema (``docs/summary-json.md``); 2: rank sets as ranges past 64 ranks, the
+per-rank maps grouped by value, the per-rank detail in :data:`RANK_DETAIL_SCHEMA`'s file."""
+RANK_DETAIL_SCHEMA = "lightning-ncclx/summary-ranks/1"
+_GROUPED_CONTEXT = (("phase_by_rank", "phase_ranks"), ("step_by_rank", "step_ranks"),
+                    ("exceptions", "exception_ranks"))
+"""Per-rank maps of ``Summary.context`` and the grouped names ``summary.json`` writes them as."""
+MAX_LISTED_LOCATIONS = 64
+"""Hosts whose dump folders ``summary.json`` lists (the culprits' first); every host's are in
+the per-rank detail file."""
 
 # One collective as a rank saw it: (op, input_sizes, input_dtypes, output_sizes, output_dtypes),
 # canonical: sizes as tuples of tuples, dtypes as tuples, so signatures compare and hash.
@@ -290,9 +301,9 @@ class GroupRef:
     """False when no ``pg_config`` declared the group (raw gloo dumps): ``ranks`` are then only
     the ranks whose dumps mention it, and a member that recorded nothing in it is not among them."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "desc": self.desc, "ranks": list(self.ranks), "backend": self.lib,
-                "membership_known": self.membership_known}
+    def to_dict(self, ranges: bool = False) -> dict[str, Any]:
+        return {"name": self.name, "desc": self.desc, "ranks": rank_sets.encode(self.ranks, ranges),
+                "backend": self.lib, "membership_known": self.membership_known}
 
 
 @dataclass(frozen=True)
@@ -335,8 +346,8 @@ class Wait:
     on: tuple[int, ...]
     """The ranks it waits on directly (a culprit, or another rank of the chain)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "in": self.op, "on": list(self.on)}
+    def to_dict(self, ranges: bool = False) -> dict[str, Any]:
+        return {"rank": self.rank, "in": self.op, "on": rank_sets.encode(self.on, ranges)}
 
 
 @dataclass(frozen=True)
@@ -360,18 +371,19 @@ class Finding:
     """The ranks blocked, directly or through others, on this finding's culprits, where the chain
     runs through a send or recv (:mod:`lightning_ncclx.analysis.wait_chains`)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, ranges: bool = False) -> dict[str, Any]:
+        """``ranges``: rank sets as strings of ranges (:mod:`rank_sets`), else lists."""
         exp = sig_dict(self.expected) or {}
         return {
-            "kind": self.kind.value, "ranks": list(self.ranks), "group": self.group.to_dict(),
-            "seq": self.seq, "op": self.op,
+            "kind": self.kind.value, "ranks": rank_sets.encode(self.ranks, ranges),
+            "group": self.group.to_dict(ranges), "seq": self.seq, "op": self.op,
             "sizes": exp.get("input_sizes"), "dtypes": exp.get("input_dtypes"),
             "expected": sig_dict(self.expected),
             "observed": {str(r): sig_dict(s) for r, s in sorted(self.observed.items())},
-            "waiting_ranks": list(self.waiting_ranks),
+            "waiting_ranks": rank_sets.encode(self.waiting_ranks, ranges),
             "culprit_states": [c.to_dict() for c in self.culprit_states],
             "message": self.message, "confidence": self.confidence, "evidence": list(self.evidence),
-            "waits": [w.to_dict() for w in self.waits],
+            "waits": [w.to_dict(ranges) for w in self.waits],
         }
 
 
@@ -476,14 +488,26 @@ class Summary:
             return f"program_stalled: {self.classification.reason}"
         return self.notes[0] if self.notes else "no hang: all ranks agree"
 
+    @property
+    def uses_ranges(self) -> bool:
+        """Whether ``to_dict`` writes rank sets as ranges (past 64 ranks seen and missing)."""
+        return rank_sets.uses_ranges(len(self.ranks_seen) + len(self.ranks_missing))
+
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON form. ``per_rank`` and ``inputs`` hold every row up to 256 ranks;
-        beyond, the culprits' rows and one per class of alike ranks (``rank_classes`` and
-        ``input_classes`` name every rank)."""
+        """The documented JSON form (``summary.json``, schema 2). ``per_rank`` and ``inputs`` hold
+        every row up to 256 ranks; beyond, the culprits' rows and one per class of alike ranks
+        (``rank_classes`` and ``input_classes`` name every rank). Rank sets are lists of ranks up
+        to 64 ranks, else strings of ranges; per-rank maps are grouped by value (``host_ranks``).
+        What is per rank in full is :meth:`rank_detail`'s (``summary-ranks.json``)."""
         from lightning_ncclx.analysis import rank_classes as tables
 
+        ranges = self.uses_ranges
         culprits = {r for f in self.findings for r in f.ranks[:1000]}  # rows exist for at most 1000 per finding
         c = self.classification
+        locations = sorted(self.dump_locations.items())
+        if len(locations) > MAX_LISTED_LOCATIONS:
+            culprit_hosts = {self.hosts.get(r) for r in self.culprit_ranks[:1000]}
+            locations = sorted(sorted(locations, key=lambda hp: hp[0] not in culprit_hosts)[:MAX_LISTED_LOCATIONS])
         return {
             "schema": self.schema, "source": self.source, "verdict": self.verdict.value,
             "hang_kind": c.kind.value if c else None, "hang_kind_reason": c.reason if c else None,
@@ -491,22 +515,55 @@ class Summary:
             "hosts_to_exclude": list(c.hosts_to_exclude) if c else [],
             "headline": self.headline,
             "recovery": self.recovery.to_dict() if self.recovery is not None else None,
-            "culprit_ranks": list(self.culprit_ranks),
-            "process_group": self.process_group.to_dict() if self.process_group else None,
+            "culprit_ranks": rank_sets.encode(self.culprit_ranks, ranges),
+            "process_group": self.process_group.to_dict(ranges) if self.process_group else None,
             "collective_seq_id": self.collective_seq_id, "op": self.op,
-            "waiting_ranks": list(self.waiting_ranks),
-            "findings": [f.to_dict() for f in self.findings],
+            "waiting_ranks": rank_sets.encode(self.waiting_ranks, ranges),
+            "findings": [f.to_dict(ranges) for f in self.findings],
             "notes": list(self.notes),
             "unreadable": [{"path": u.path, "why": u.why} for u in self.unreadable],
-            "ranks_seen": list(self.ranks_seen), "ranks_missing": list(self.ranks_missing),
-            "hosts": {str(r): h for r, h in sorted(self.hosts.items())},
-            "dump_locations": {h: list(p) for h, p in sorted(self.dump_locations.items())},
+            "ranks_seen": rank_sets.encode(self.ranks_seen, ranges),
+            "ranks_missing": rank_sets.encode(self.ranks_missing, ranges),
+            "host_ranks": rank_sets.group(self.hosts, ranges),
+            "dump_locations": {h: list(p) for h, p in locations},
+            "dump_locations_left_out": len(self.dump_locations) - len(locations),
             "stragglers": [s.to_dict() for s in self.stragglers],
             "per_rank": [r.to_dict() for r in tables.to_write(self.per_rank, culprits, tables.row_key)],
-            "rank_classes": tables.classes(self.per_rank, tables.row_key, tables.row_class),
-            "context": dict(self.context),
+            "rank_classes": tables.classes(self.per_rank, tables.row_key, tables.row_class, ranges),
+            "context": _grouped_context(self.context, ranges),
             "inputs": [i.to_dict() for i in tables.to_write(self.inputs, culprits, tables.input_key)],
-            "input_classes": tables.classes(self.inputs, tables.input_key, tables.input_class),
+            "input_classes": tables.classes(self.inputs, tables.input_key, tables.input_class, ranges),
             "ignored": [{"path": u.path, "why": u.why} for u in self.ignored],
             "duplicates": [d.to_dict() for d in self.duplicates],
+            "rank_detail": None,
         }
+
+    def rank_detail(self) -> dict[str, Any]:
+        """What ``summary.json`` holds grouped or in part, per rank and in full: the per-rank
+        detail file (``summary-ranks.json``, schema :data:`RANK_DETAIL_SCHEMA`). Every rank's
+        row (its timeline cut to its newest collective), host, phase, step and exception, every
+        host's dump folders, every input file."""
+        context = self.context
+        return {
+            "schema": RANK_DETAIL_SCHEMA, "source": self.source,
+            "hosts": {str(r): h for r, h in sorted(self.hosts.items())},
+            "phase_by_rank": dict(context.get("phase_by_rank") or {}),
+            "step_by_rank": dict(context.get("step_by_rank") or {}),
+            "exceptions": dict(context.get("exceptions") or {}),
+            "dump_locations": {h: list(p) for h, p in sorted(self.dump_locations.items())},
+            "per_rank": [{"rank": r.rank, "host": r.host, "state": r.state, "detail": r.detail,
+                          "location": r.location, "timeline": [t.to_dict() for t in r.timeline[-1:]]}
+                         for r in self.per_rank],
+            "inputs": [i.to_dict() for i in self.inputs],
+        }
+
+
+def _grouped_context(context: Mapping[str, Any], ranges: bool) -> dict[str, Any]:
+    """``context`` as ``summary.json`` writes it: each per-rank map grouped by value."""
+    out = dict(context)
+    for name, grouped in _GROUPED_CONTEXT:
+        by_rank = out.pop(name, None)
+        if isinstance(by_rank, Mapping):
+            out[grouped] = rank_sets.group({int(r): v for r, v in by_rank.items() if str(r).isdigit() and v is not None},
+                                          ranges)
+    return out

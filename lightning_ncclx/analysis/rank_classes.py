@@ -5,8 +5,9 @@ call site, the same last collectives; only times differ), and 16,384 full rows m
 So past :data:`FULL_TABLE_ROWS` a rank's row is written out only where it stands for something:
 every culprit's, and the first rank of each class of ranks whose rows agree on everything but the
 rank (``per_rank``: state, detail, location and newest collective; ``inputs``: folder, backend,
-format, versions, entry count). Every rank is still named, in its class (``rank_classes``,
-``input_classes``). Small jobs keep every row.
+format, versions, entry count), at most :data:`MAX_ROWS` rows. Every rank is still named, in its
+class (``rank_classes``, ``input_classes``), and every row is in the per-rank detail file
+(``summary-ranks.json``). Small jobs keep every row.
 
 Duck-typed over the rows (``RankRow``, ``InputFile``): the model imports this, not the other way.
 """
@@ -16,11 +17,14 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Sequence
 
+import lightning_ncclx.analysis.rank_sets as rank_sets
+
 FULL_TABLE_ROWS = 256
 """Up to this many rows, a table has every row."""
-MAX_ROWS = 1000
-"""Rows written beyond that: culprits first, then one per class."""
-MAX_CLASSES = 1000
+MAX_ROWS = 64
+"""Rows written beyond that: culprits first, then one per class (a row with its timeline is
+about 2 KB: 64 keep ``summary.json`` of 16,384 ranks in 2,048 classes under 512 KiB)."""
+MAX_CLASSES = 256
 """Classes listed one by one; the ranks of any further ones share one last class."""
 
 
@@ -48,18 +52,21 @@ def input_class(key: tuple) -> dict[str, Any]:
     return dict(zip(("folder", "rank_from", "backend", "format", "version", "comm_lib_version", "entries"), key))
 
 
-def classes(items: Sequence[Any], key: Callable[[Any], tuple],
-            describe: Callable[[tuple], dict[str, Any]]) -> list[dict[str, Any]]:
+def classes(items: Sequence[Any], key: Callable[[Any], tuple], describe: Callable[[tuple], dict[str, Any]],
+            ranges: bool = False, limit: int = MAX_CLASSES) -> list[dict[str, Any]]:
     """``items`` grouped by ``key``, fewest ranks first: ``describe(key)`` plus ``count`` and
-    ``ranks``. Past :data:`MAX_CLASSES` the rest share one class that only names its ranks."""
+    ``ranks`` (a rank set: :mod:`rank_sets`, ranges when ``ranges``). Past ``limit`` the rest
+    share one class that only names its ranks."""
     groups: dict[tuple, list[int]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item.rank)
     ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[1][0]))
-    out = [{**describe(k), "count": len(ranks), "ranks": ranks} for k, ranks in ordered[:MAX_CLASSES]]
-    rest = sorted(r for _, ranks in ordered[MAX_CLASSES:] for r in ranks)
+    out = [{**describe(k), "count": len(ranks), "ranks": rank_sets.encode(ranks, ranges)}
+           for k, ranks in ordered[:limit]]
+    rest = sorted(r for _, ranks in ordered[limit:] for r in ranks)
     if rest:
-        out.append({"more_classes": len(ordered) - MAX_CLASSES, "count": len(rest), "ranks": rest})
+        out.append({"more_classes": len(ordered) - limit, "count": len(rest),
+                    "ranks": rank_sets.encode(rest, ranges)})
     return out
 
 

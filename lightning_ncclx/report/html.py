@@ -12,14 +12,18 @@ from __future__ import annotations
 import html
 import json
 
+import lightning_ncclx.analysis.rank_classes as tables
+import lightning_ncclx.analysis.rank_sets as rank_sets
 from lightning_ncclx.analysis.kind import classify
 from lightning_ncclx.analysis.model import RankRow, Summary, Verdict
+from lightning_ncclx.layout import RANK_DETAIL_FILE
 from lightning_ncclx.report.group_names import GroupNames
 from lightning_ncclx.report.text import display_rows, render_text
 from lightning_ncclx.report.timeline import Grid, build_grid
 
 MAX_ROWS = 256
-"""Rank rows in the table below the fold (culprits always among them)."""
+"""Rank rows in the table below the fold (culprits always among them); past this many ranks the
+table lists classes of alike ranks instead (as many as ``summary.json`` has example rows)."""
 
 _OP_ABBREVIATIONS = {"all_reduce": "AR", "allreduce": "AR", "all_gather": "AG", "allgather": "AG",
                      "_allgather_base": "AG", "all_gather_into_tensor": "AG", "reduce_scatter": "RS",
@@ -142,6 +146,26 @@ def _rank_table(rows: tuple[RankRow, ...], culprits: set[int], names: GroupNames
             f"<th>location</th></tr>{body}</table></section>")
 
 
+def _class_table(d: Summary, names: GroupNames) -> str:
+    """Past :data:`MAX_ROWS` rows, the ranks grouped by what their rows say (the odd ones
+    first); every rank's own row is in the per-rank detail file."""
+    culprits = set(d.culprit_ranks)
+    body = []
+    for c in tables.classes(d.per_rank, tables.row_key, tables.row_class, ranges=True, limit=tables.MAX_ROWS):
+        ranks = rank_sets.decode(c["ranks"])
+        hosts = {h for h in map(d.hosts.get, ranks) if h}
+        host = next(iter(hosts)) if len(hosts) == 1 else f"{len(hosts)} hosts" if hosts else "-"
+        culprit = "culprit" if culprits.intersection(ranks) else ""
+        detail = names.rewrite(c["detail"]) if "detail" in c else f"{c['more_classes']} more classes"
+        body.append(f'<tr class="{culprit}"><td>{_e(c["ranks"])}</td><td>{c["count"]}</td><td>{_e(host)}</td>'
+                    f"<td>{_e(c.get('state', '-'))}</td><td>{_e(detail)}</td>"
+                    f"<td><code>{_e(c.get('location') or '-')}</code></td></tr>")
+    return (f"<section><h2>Ranks, grouped ({len(d.per_rank)} ranks)</h2><table><tr><th>ranks</th><th>count</th>"
+            "<th>host</th><th>state</th><th>detail</th><th>location</th></tr>" + "".join(body) + "</table>"
+            f'<p class="legend">Ranks whose rows agree share a line, the fewest first. Every rank\'s own row: '
+            f"{_e(RANK_DETAIL_FILE)} beside summary.json.</p></section>")
+
+
 def embed_json(data: object) -> str:
     """JSON safe inside ``<script>``: no ``<``, ``>`` or ``&`` survives (a path holding
     ``</script>`` or ``<!--`` cannot end or confuse the tag); ``json.loads`` reads it back as is."""
@@ -174,8 +198,9 @@ def render_html(summary: Summary) -> str:
         f'<section id="timeline"><h2>Collectives per rank, aligned by group and sequence id</h2>{_timeline(grid)}'
         "</section></div>"
         f"<section><h2>Full report</h2><pre>{_e(render_text(d))}</pre></section>"
-        f"{_rank_table(display_rows(d, MAX_ROWS), set(d.culprit_ranks), names)}"
-        f'<script type="application/json" id="summary">{embed_json(d.to_dict())}</script>'
+        + (_rank_table(display_rows(d, MAX_ROWS), set(d.culprit_ranks), names) if len(d.per_rank) <= MAX_ROWS
+           else _class_table(d, names))
+        + f'<script type="application/json" id="summary">{embed_json(d.to_dict())}</script>'
         f"<script>{_SCRIPT}</script>"
         "</main></body></html>\n"
     )

@@ -16,13 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import lightning_ncclx.analysis.rank_sets as rank_sets
 from lightning_ncclx.analysis.collection_file import recovery_from
 from lightning_ncclx.analysis.members import MAX_RANK
 from lightning_ncclx.analysis.safe_read import MAX_SIDE_FILE_BYTES, read_regular
 from lightning_ncclx.errors import DumpReadError
 
 MAX_SUMMARY_BYTES = MAX_SIDE_FILE_BYTES
-"""A summary of 16,384 ranks is about 0.7 MB (past 256 ranks its tables hold classes of ranks)."""
+"""A summary of 16,384 ranks is under 512 KiB (rank sets as ranges, per-rank tables as classes)."""
 MAX_TEXT_CHARS = 300
 """Characters kept of any text field (a host, a call site, a verdict)."""
 SCHEMA_PREFIX = "lightning-ncclx/summary/"
@@ -75,9 +76,9 @@ def incident_from(d: Any, path: Path) -> Incident:
     if not isinstance(d, dict) or not isinstance(d.get("schema"), str) or not d["schema"].startswith(SCHEMA_PREFIX):
         raise NotAnIncident(f"not a lightning-ncclx summary.json (no 'schema' starting {SCHEMA_PREFIX!r})")
     inc = _mapping(d, "incident")
-    hosts = _mapping(d, "hosts")
+    hosts = _hosts(d)
     culprits = _ranks(d, "culprit_ranks")
-    culprit_hosts = tuple(sorted({_host(hosts, r) for r in culprits if str(r) in hosts}))
+    culprit_hosts = tuple(sorted({_clip(hosts[r]) for r in culprits if r in hosts}))
     kind = d.get("hang_kind")
     if kind is not None and not (isinstance(kind, str) and _KIND.fullmatch(kind)):
         raise NotAnIncident(f"hang_kind is {_shown(kind)}, not a hang kind")
@@ -128,19 +129,25 @@ def _texts(d: dict, key: str) -> tuple[str, ...]:
 
 
 def _ranks(d: dict, key: str) -> tuple[int, ...]:
+    """A rank set (schema 2: a list, or ranges past 64 ranks; schema 1: a list)."""
     value = d.get(key)
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(type(r) is int and 0 <= r < MAX_RANK for r in value):
-        raise NotAnIncident(f"{key} is {_shown(value)}, not a list of ranks from 0 to {MAX_RANK - 1}")
-    return tuple(value)
+    try:
+        ranks = rank_sets.decode(value)
+    except ValueError:
+        ranks = (MAX_RANK,)
+    if any(r >= MAX_RANK for r in ranks):
+        raise NotAnIncident(f"{key} is {_shown(value)}, not a list of ranks (or ranges) from 0 to {MAX_RANK - 1}")
+    return ranks
 
 
-def _host(hosts: dict, rank: int) -> str:
-    host = hosts[str(rank)]
-    if not isinstance(host, str):
-        raise NotAnIncident(f"hosts.{rank} is {_shown(host)}, not a host name")
-    return _clip(host)
+def _hosts(d: dict) -> dict[int, str]:
+    """rank -> host: schema 2's ``host_ranks`` (host -> rank set), else schema 1's ``hosts``."""
+    try:
+        return rank_sets.rank_map(d, "host_ranks", "hosts")
+    except ValueError as error:
+        raise NotAnIncident(_clip(str(error), 200)) from None
 
 
 def _call_site(d: dict) -> str | None:

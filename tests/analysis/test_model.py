@@ -121,6 +121,6 @@ def test_summary_to_dict_without_classification_and_with_sorted_hosts():
     d = _summary(notes=("n",)).to_dict()
     assert d["schema"] == SCHEMA and d["verdict"] == "no_hang" and d["headline"] == "n"
     assert d["hang_kind"] is None and d["advice"] == [] and d["restart_advice"] is None
-    assert list(d["hosts"].items()) == [("0", "h0"), ("1", "h1")]
+    assert d["host_ranks"] == {"h0": [0], "h1": [1]}
     assert d["process_group"] is None and d["findings"] == []
     json.dumps(d)

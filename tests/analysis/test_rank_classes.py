@@ -12,6 +12,7 @@ from synth import collectives, dump, write
 
 from lightning_ncclx.analysis import analyze_folder
 from lightning_ncclx.analysis.rank_classes import FULL_TABLE_ROWS
+from lightning_ncclx.analysis.rank_sets import decode
 from lightning_ncclx.report import render_json
 
 
@@ -23,7 +24,7 @@ def _job(folder: Path, world: int, culprit: int) -> None:
 
 
 def _classed(table: list[dict]) -> list[int]:
-    return [r for c in table for r in c["ranks"]]
+    return [r for c in table for r in decode(c["ranks"])]
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +35,11 @@ def big(tmp_path_factory) -> dict:
 
 
 def test_past_256_ranks_the_rows_are_the_culprits_and_one_per_class(big: dict) -> None:
-    assert big["culprit_ranks"] == [123]
+    assert big["culprit_ranks"] == "123"
     assert [row["rank"] for row in big["per_rank"]] == [0, 123]
     culprit_class, waiting = big["rank_classes"]
-    assert (culprit_class["count"], culprit_class["ranks"], culprit_class["state"]) == (1, [123], "outside_collective")
+    assert (culprit_class["count"], culprit_class["ranks"], culprit_class["state"]) == (1, "123", "outside_collective")
+    assert waiting["ranks"] == "0-122,124-299"  # past 64 ranks, every rank set is written as ranges
     assert waiting["count"] == 299 and waiting["state"] == "in_collective" and waiting["newest"]["seq"] == 6
     assert sorted(_classed(big["rank_classes"])) == list(range(300))
 
@@ -60,4 +62,4 @@ def test_the_json_file_is_the_documented_dict(tmp_path: Path) -> None:
     summary = analyze_folder(tmp_path)
     text = render_json(summary, {"event": "stall-001"})
     assert json.loads(text) == {**summary.to_dict(), "incident": {"event": "stall-001"}}
-    assert text.startswith('{\n  "schema": "lightning-ncclx/summary/1",\n')
+    assert text.startswith('{\n  "schema": "lightning-ncclx/summary/2",\n')

@@ -44,8 +44,8 @@ def test_json_is_the_documented_form(hung):
     assert d["process_group"] == {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2], "backend": "nccl",
                                   "membership_known": True}
     assert d["collective_seq_id"] == 31 and d["op"] == "all_reduce" and d["waiting_ranks"] == [0, 2]
-    for key in ("findings", "unreadable", "ranks_seen", "ranks_missing", "hosts", "dump_locations", "stragglers",
-                "per_rank", "context"):
+    for key in ("findings", "unreadable", "ranks_seen", "ranks_missing", "host_ranks", "dump_locations", "stragglers",
+                "per_rank", "context", "rank_detail"):
         assert key in d
     f = d["findings"][0]
     assert {"kind", "ranks", "group", "seq", "op", "sizes", "dtypes", "message", "culprit_states"} <= set(f)
@@ -64,10 +64,13 @@ def test_html_is_self_contained_with_a_timeline(hung):
     assert "<link" not in page and "<script src" not in page
 
 
-def test_write_reports_writes_three_files_atomically(hung, tmp_path):
+def test_write_reports_writes_four_files_atomically_summary_json_first(hung, tmp_path):
     paths = write_reports(hung, tmp_path / "out")
-    assert sorted(p.name for p in paths.values()) == ["summary.html", "summary.json", "summary.txt"]
-    assert json.loads(paths["json"].read_text())["verdict"] == "not_entered"
+    assert [p.name for p in paths.values()] == ["summary.json", "summary.txt", "summary.html", "summary-ranks.json"]
+    first = json.loads(paths["json"].read_text())
+    assert first["verdict"] == "not_entered" and first["rank_detail"] == "summary-ranks.json"
+    assert json.loads(paths["ranks"].read_text())["hosts"] == {}
+    assert [p.stat().st_mtime_ns for p in paths.values()] == sorted(p.stat().st_mtime_ns for p in paths.values())
     assert not list((tmp_path / "out").glob("*.tmp"))
     # the summaries themselves are never read back as dumps
     assert analyze_folder(tmp_path / "out").ranks_seen == ()
