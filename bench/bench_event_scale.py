@@ -20,6 +20,13 @@ Python (a real job spreads the ranks over N hosts), so the phases where all rank
 
     python bench/bench_event_scale.py                                  # 1024, 4096, 16384; both protocols
     python bench/bench_event_scale.py --ranks 1024 --protocols new     # one quick run
+    python bench/bench_event_scale.py --ranks 4096 --protocols new --baseline HEAD   # against a commit
+
+``--baseline REV``: before each size's own runs, the same size under the package and the bench
+of commit ``REV`` (a ``git worktree`` under the temporary folder, run as its own process with
+``PYTHONPATH`` on it), then a table of ratios: the initiator's own work, the time to
+summary.json, the whole event, requests per rank per event and the estimate with each rank's
+Python on its own host.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import json
 import multiprocessing as mp
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -46,7 +54,7 @@ os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")  # the sandbox's re
 import scale_job  # noqa: E402
 from scale_ranks import Counts, bench_config, client_process, raise_file_limit  # noqa: E402
 
-from event_scale_report import phase_rows, print_size, print_summary  # noqa: E402
+from event_scale_report import phase_rows, print_baseline, print_size, print_summary  # noqa: E402
 
 GOAL_SECONDS = 10.0
 SAMPLE_SECONDS = 0.05
@@ -298,6 +306,42 @@ def _keys_left(port: int) -> dict[str, int]:
     return dict(left)
 
 
+# ---------------------------------------------------------------------------------------- baseline
+REPO = Path(__file__).resolve().parents[1]
+
+
+def baseline_tree(rev: str) -> tuple[str, Path]:
+    """(commit, a worktree of it under the temporary folder), made once per commit."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    tree = Path(tempfile.gettempdir()) / f"ncclx-baseline-{commit[:12]}"
+    if not (tree / "bench" / "bench_event_scale.py").exists():
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--force", str(tree), commit],
+                       check=True, capture_output=True)
+    return commit, tree
+
+
+def run_baseline(commit: str, tree: Path, world: int, args: argparse.Namespace) -> list[dict]:
+    """The baseline's own bench at ``world`` ranks (new protocol), its rows as the baseline's.
+    Its digests are this run's cached ones where ``dump/digest.py`` is the same at that commit."""
+    same_digest = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", commit, "--",
+                                  "lightning_ncclx/dump/digest.py"]).returncode == 0
+    work = Path(args.work) if same_digest else Path(args.work) / f"baseline-{commit[:12]}"
+    out = Path(tempfile.mkstemp(prefix="ncclx-baseline-", suffix=".json")[1])
+    command = [sys.executable, str(tree / "bench" / "bench_event_scale.py"), "--ranks", str(world), "--protocols", "new",
+               "--processes", str(args.processes), "--steps", str(args.steps), "--ranks-per-connection",
+               str(args.ranks_per_connection), "--cap-seconds", str(args.cap_seconds), "--work", str(work),
+               "--json", str(out)] + (["--dump-parent", args.dump_parent] if args.dump_parent else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    print(f"\n{world} ranks, baseline {commit[:12]} ({tree}):", flush=True)
+    subprocess.run(command, check=True, cwd=tree, env=env)
+    rows = json.loads(out.read_text())
+    out.unlink()
+    for row in rows:
+        row["protocol"] = f"baseline {commit[:12]}"
+    return rows
+
+
 # ---------------------------------------------------------------------------------------- main
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,7 +357,10 @@ def main() -> int:
                         help="cached digests of the simulated jobs")
     parser.add_argument("--dump-parent", default=None, help="where the initiator's dump folder is made")
     parser.add_argument("--json", help="write every row here too")
+    parser.add_argument("--baseline", metavar="REV", help="also run each size under the package and bench of this "
+                        "git commit (e.g. HEAD), in the same invocation, and print the ratios")
     args = parser.parse_args()
+    base = baseline_tree(args.baseline) if args.baseline else None
     raise_file_limit()
     rows = []
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
@@ -325,6 +372,8 @@ def main() -> int:
         found = digests(world, args.steps, Path(args.work))
         print(f"\n{world} ranks: digests ready in {time.time() - started:.0f} s", flush=True)
         local_work: dict[str, float] = {}
+        if base is not None:
+            rows += run_baseline(base[0], base[1], world, args)
         for protocol in args.protocols.split(","):
             row = measure(world, protocol, found, args, local_work)
             if protocol == "new":
@@ -333,7 +382,9 @@ def main() -> int:
                                   kind=done.get("kind"))
             rows.append(row)
             print_size(row)
-    print_summary(rows, GOAL_SECONDS)
+    print_summary([r for r in rows if not r["protocol"].startswith("baseline")], GOAL_SECONDS)
+    if base is not None:
+        print_baseline(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     return 0

@@ -110,6 +110,43 @@ def print_summary(rows: list[dict], goal: float) -> None:
         _goals(biggest, goal)
 
 
+def initiator_work(row: dict) -> float:
+    """The summarizing rank's own work to summary.json: expanding the digests, the first
+    diagnosis, the summary and its reports (wall seconds)."""
+    phase = {p["phase"]: p for p in row["phases"]}
+    return sum(phase[n]["seconds"] for n in ("digests", "first_diagnosis", "summary") if n in phase)
+
+
+def estimate(row: dict) -> tuple[float, float, float]:
+    """(the store server's busy seconds in the ring and announcements, the initiator's own work,
+    the rest of the way to summary.json): their sum is the time to summary.json with each rank's
+    Python on its own host."""
+    phase = {p["phase"]: p for p in row["phases"]}
+    announce = sum(phase[n]["seconds"] for n in ("ring", "announce") if n in phase)
+    local = initiator_work(row)
+    between = totals(row, "summary")["seconds"] - announce - local
+    return row["server_cpu_seconds"]["ring_announce"], local, between
+
+
+def print_baseline(rows: list[dict]) -> None:
+    """Each size's current run against the baseline's (``--baseline``), as ratios with the times."""
+    print("\n## Against the baseline (same run; ratio current / baseline)")
+    print("| ranks | initiator's work to summary.json (s) | ring to summary.json (s) | whole event (s) | requests per "
+          "rank per event | estimate, each rank on its own host (s) |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        base = next((r for r in rows if r["ranks"] == row["ranks"] and r["protocol"].startswith("baseline")), None)
+        if row["protocol"] != "new" or base is None:
+            continue
+        cells = []
+        for value in (initiator_work, lambda r: totals(r, "summary")["seconds"], lambda r: totals(r)["seconds"],
+                      lambda r: totals(r)["requests"] / r["ranks"], lambda r: sum(estimate(r))):
+            a, b = value(row), value(base)
+            cells.append(f"{a:.2f} / {b:.2f} = x{a / max(b, 1e-9):.2f}")
+        print(f"| {row['ranks']} | " + " | ".join(cells) + " |")
+    print(f"({next((r['protocol'] for r in rows if r['protocol'].startswith('baseline')), 'no baseline')})")
+
+
 def _left(keys: dict[str, int]) -> str:
     return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(keys.items())) or "none"
 
@@ -149,7 +186,7 @@ def _goals(row: dict, goal: float) -> None:
     ]
     for ok, text in checks:
         print(f"- {'met' if ok else 'MISSED'}: {text}")
-    between = to_summary["seconds"] - announce - local
+    busy, local, between = estimate(row)
     print(f"- estimate with each rank's Python on its own host: the store server's {busy:.1f} s of the ring and "
           f"announcements + the initiator's {local:.1f} s + the rest of the way to summary.json ({between:.1f} s: asking "
           f"for and pulling the full dumps) = {busy + local + between:.1f} s (goal {goal:.0f} s)")
