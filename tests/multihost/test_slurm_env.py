@@ -22,6 +22,7 @@ import pytest
 
 from multihost.helpers import JOB, STALL_EXIT_CODE, contexts, event_folders, read_logs, wait_all
 from support import PYTHON, clean_env, free_port, kill_session, start_job
+from lightning_ncclx.analysis.rank_sets import rank_map
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,7 +74,7 @@ def _check_outcome(job_id: str, node_tmp: list[Path], hostnames: list[str], code
 
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["verdict"] == "not_entered" and summary["culprit_ranks"] == [3], summary.get("headline")
-    assert summary["hosts"]["3"] == hostnames[1]
+    assert rank_map(summary, "host_ranks", "hosts")[3] == hostnames[1]
     for name in ("summary.txt", "summary.html"):
         assert (folder / name).is_file()
     assert "SLURMEnvironment" in text

@@ -18,6 +18,7 @@ import pytest
 from multihost.helpers import JOB, STALL_EXIT_CODE, contexts, event_folders as _event_folders, wait_all
 from multihost.netns import Host, TwoHosts
 from support import PYTHON, clean_env
+from lightning_ncclx.analysis.rank_sets import rank_map
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -95,7 +96,8 @@ def test_stall_on_second_host_is_summarized_on_first_with_every_trace(two_hosts:
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["verdict"] == "not_entered" and summary["culprit_ranks"] == [3], \
         f"verdict {summary.get('verdict')}: {summary.get('headline')}"
-    assert summary["hosts"]["3"] == b.hostname and summary["hosts"]["0"] == a.hostname
+    hosts = rank_map(summary, "host_ranks", "hosts")
+    assert hosts[3] == b.hostname and hosts[0] == a.hostname
     assert set(summary["dump_locations"]) == {a.hostname, b.hostname}, summary["dump_locations"]
     assert any(str(folder / "ranks" / b.hostname) in p for p in summary["dump_locations"][b.hostname])
     culprit_row = next(row for row in summary["per_rank"] if row["rank"] == 3)
