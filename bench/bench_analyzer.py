@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import lightning_ncclx.analysis.rank_sets as rank_sets  # noqa: E402
 T0 = 1_796_000_000_000_000_000
 OPS = ("all_reduce", "all_reduce", "all_reduce", "all_gather", "broadcast")
 FRAMES = [
@@ -206,7 +208,8 @@ def bench_size(root: Path, world: int, entries: int, cap_s: float, repeat: int, 
     if not run_theirs:
         theirs = [{"seconds": None, "peak_rss_mib": None, "rc": None,
                    "note": f"not run: ~{world * entries * 1.9 / 2**20:.0f} GiB at 1.9 KiB per entry"}]
-    culprits = json.loads(out_json.read_text())["culprit_ranks"] if out_json.exists() else None
+    culprits = (list(rank_sets.decode(json.loads(out_json.read_text())["culprit_ranks"]))  # ranges past 64 ranks
+                if out_json.exists() else None)
     row = {"ranks": world, "entries": entries, "dump_mib": round(size_mib, 1), "generate_s": time.perf_counter() - t,
            "ours": _median(ours), "ours_culprits": culprits, "expected_culprit": world // 3,
            "summary_json_mib": round(out_json.stat().st_size / 2**20, 2) if out_json.exists() else None,
