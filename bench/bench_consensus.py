@@ -32,7 +32,7 @@ each collective (all_reduce with and without them, interleaved).
 
     python bench/bench_consensus.py detect [--ranks 3,8] [--strategies ddp_ncclx,fsdp_ncclx,fsdp2_ncclx]
         [--faults stuck_train,stuck_loader,skip_collective,other_collective,stuck_pipeline,hold_gil,freeze]
-        [--runs 10] [--compare-threshold]
+        [--runs 10] [--compare-threshold] [--stop-at-summary]
     python bench/bench_consensus.py soak [--minutes 60] [--ranks 4]
     python bench/bench_consensus.py probe [--entries 20000]
 """
@@ -70,7 +70,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: int, strategy: str) -> dict:
+def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: int, strategy: str,
+                stop_at_summary: bool = False) -> dict:
     dump_dir, marker = work / "dumps", work / "fault-started"
     culprit = EXPECTED_CULPRIT[fault] if ranks > 2 else ranks - 1
     argv = [sys.executable, str(JOB), "--fault", fault, "--fault-rank", str(culprit), "--at-batch", str(at_batch),
@@ -80,9 +81,9 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     if strategy.startswith("fsdp") and fault in STRATEGY_WAITS_ONLY:
         argv.append("--no-step-collective")
     started = time.monotonic()
-    done = _run_job(argv, work)
-    ended = time.time()
     summary_path = dump_dir / "stall-001" / "summary.json"
+    done = _run_job(argv, work, stop_when=summary_path if stop_at_summary else None)
+    ended = time.time()
     row = {"ranks": ranks, "strategy": strategy, "fault": fault, "consensus": consensus, "exit": done.returncode,
            "wall_s": round(time.monotonic() - started, 1)}
     if not summary_path.exists() or not marker.exists():
@@ -92,21 +93,29 @@ def detect_once(work: Path, ranks: int, fault: str, consensus: bool, at_batch: i
     detection = next((c.get("detection") for c in initiator if c.get("reason") == "stall"), None) or {}
     return {**row, "detected_by": detection.get("by"),
             "summary_after_fault_s": round(summary_path.stat().st_mtime - marker.stat().st_mtime, 2),
-            "exit_after_fault_s": round(ended - marker.stat().st_mtime, 1),
+            "exit_after_fault_s": None if stop_at_summary else round(ended - marker.stat().st_mtime, 1),
             "culprit_ranks": summary.get("culprit_ranks"), "expected": culprit, "hang_kind": summary.get("hang_kind"),
             "culprit_right": summary.get("culprit_ranks") == [culprit]}
 
 
-def _run_job(argv: list[str], work: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+def _run_job(argv: list[str], work: Path, timeout: float = 900,
+             stop_when: Path | None = None) -> subprocess.CompletedProcess:
     """Run the job in its own session; afterwards kill what is left of it (a stopped rank that the
-    launcher did not reap)."""
+    launcher did not reap). With ``stop_when``, the job is killed 1 s after that file appears (its
+    exit is then not measured)."""
     out_path, err_path = work / "job.out", work / "job.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:  # files: a rank left behind keeps no pipe open
         proc = subprocess.Popen(argv, cwd=work, env=_env(), stdout=out, stderr=err, start_new_session=True)
+    deadline = time.monotonic() + timeout
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
+        while time.monotonic() < deadline:
+            try:
+                proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if stop_when is not None and stop_when.exists():
+                    time.sleep(1.0)  # the summary's other files, the log lines
+                    break
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -139,7 +148,8 @@ def detect(args: argparse.Namespace) -> list[dict]:
                         for consensus in modes:  # side by side, one after the other
                             work = Path(tmp) / f"{ranks}-{strategy}-{fault}-{consensus}-{run}"
                             work.mkdir()
-                            row = detect_once(work, ranks, fault, consensus, args.at_batch, strategy)
+                            row = detect_once(work, ranks, fault, consensus, args.at_batch, strategy,
+                                              args.stop_at_summary)
                             print(json.dumps(row), flush=True)
                             rows.append(row)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
@@ -284,6 +294,8 @@ def main() -> int:
     d.add_argument("--keep", type=Path, default=None, help="keep every job's folder under this one")
     d.add_argument("--target-s", type=float, default=10.0)
     d.add_argument("--at-batch", type=int, default=25, help="after the 20-step warm-up of the learned threshold")
+    d.add_argument("--stop-at-summary", action="store_true",
+                   help="kill each job once its summary.json is written (faster runs; no exit time or status)")
     d.add_argument("--json", type=Path, default=None)
     s = sub.add_parser("soak")
     s.add_argument("--minutes", type=float, default=60.0)
