@@ -232,7 +232,7 @@ class StoreClient:
     def append(self, key: str, value: bytes | str) -> None:
         self._call(lambda s: s.append(key, value))
 
-    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         return bytes(self._call(lambda s: s.compare_set(key, expected, desired)))
 
     def check(self, keys: list[str]) -> bool:

@@ -24,7 +24,7 @@ Each rank (watchdog thread, nothing on the training path):
   ``RECOVERY_WAIT_FACTOR`` x how long that wait lasted, for the rest of the run: a job that
   uploads for 12 s every epoch is dumped once, not every epoch. The step threshold still applies.
 
-Rank 0 reads one counter per poll and, once every rank has posted, all notices in one request.
+Rank 0 reads the change log per poll and, once every rank has posted, all notices in one request.
 It declares a hang when at least ``quorum`` of the ranks are blocked and the notices are the same
 at two polls in a row. In steady state nothing is written, and only rank 0 reads (one key).
 
@@ -40,7 +40,8 @@ way, and starts the event only when rank 0 is the silent rank.
 
 Store keys (under the ``lightning_ncclx/`` prefix, next to the event keys of ``coordinator``):
 ``cs/rank/<r>`` (the notice's JSON, empty when none; deleted when the watchdog stops),
-``cs/posted`` (how many ranks have a notice), ``cs/changes`` (bumped by every post and withdrawal),
+``cs/changes`` (a log every post and withdrawal appends one byte to: how many ranks have a
+notice and how many changes so far, see :data:`consensus_board.CHANGES_KEY`),
 ``cs/ping`` (rank 0's latest ping number), ``cs/answer/<r>`` (the latest ping rank r answered).
 """
 
@@ -60,7 +61,7 @@ from lightning_ncclx.watchdog.activity import main_thread_phase as read_main_thr
 from lightning_ncclx.watchdog.activity import main_thread_site as read_main_thread_site
 from lightning_ncclx.watchdog.collective_probe import BlockedIn, blocked_collectives, p2p_waits
 from lightning_ncclx.watchdog.consensus_board import (  # noqa: F401 - the protocol's names, re-exported
-    CHANGES_KEY, POSTED_KEY, ConsensusBoard, OverrunNotice, P2PWait, Picture, notice_key,
+    CHANGES_KEY, ConsensusBoard, OverrunNotice, P2PWait, Picture, notice_key,
 )
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 

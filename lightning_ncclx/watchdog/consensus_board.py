@@ -13,8 +13,13 @@ from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.wire import BadValue, as_finite, as_int, as_text, json_object
 from lightning_ncclx.watchdog.collective_probe import BlockedIn
 
-POSTED_KEY = "cs/posted"
 CHANGES_KEY = "cs/changes"
+"""The board's change log: ``=<changes>:<posted>`` then one byte per change since (``+`` a first
+post, ``.`` a changed notice, ``-`` a withdrawal), appended (never ``add``: another client's value
+there would cost the connection of every rank that posts). Counts read from it are hints that
+decide when to read the notices; what a picture says comes from the notices alone."""
+MAX_LOG_BYTES = 4096
+"""A log longer than this is folded into its header (one ``compare_set``) by the rank that decides."""
 PING_KEY = "cs/ping"
 MAX_NOTICE_BYTES = 64 * 1024
 MAX_BLOCKED_LISTED = 16
@@ -180,19 +185,18 @@ class ConsensusBoard:
 
     def post(self, notice: OverrunNotice) -> None:
         self.store.set(notice_key(self.rank), notice.to_json())
-        if self.posted is None:
-            self.store.add(POSTED_KEY, 1)
-        self.store.add(CHANGES_KEY, 1)
+        self.store.append(CHANGES_KEY, "." if self.posted is not None else "+")
         self.posted = notice
         self.posts += 1
 
     def withdraw(self) -> None:
+        """The ``-`` goes into the log before the notice is cleared, so that a recount made while
+        a withdrawal is under way can only count too many posted notices, never too few."""
         if self.posted is None:
             return
+        self.store.append(CHANGES_KEY, "-")
         self.store.set(notice_key(self.rank), "")
         self.posted = None
-        self.store.add(POSTED_KEY, -1)
-        self.store.add(CHANGES_KEY, 1)
 
     def stop(self) -> None:
         self.withdraw()
@@ -223,16 +227,18 @@ class ConsensusBoard:
         return any((_as_count(raw) or 0) >= number for raw in values if raw is not None)
 
     def counters(self) -> tuple[int, int]:
-        """(ranks with a notice, changes so far): two small reads. A counter holding what ``add``
-        never writes (another store client's) is recounted from the notices and set again: an
-        ``add`` on it would cost the connection of every rank that posts."""
-        posted, changes = (_as_count(self.store.read(key)) for key in (POSTED_KEY, CHANGES_KEY))
-        if posted is None or changes is None:
-            notices = self._read_notices()
-            posted = sum(1 for n in notices.values() if n is not None)
-            changes = (changes or 0) + 1
-            self.store.set(POSTED_KEY, str(posted))
-            self.store.set(CHANGES_KEY, str(changes))
+        """(ranks with a notice, changes so far) from one read of the change log. Both are hints:
+        too many posted only makes the decider read the notices, and a value another client wrote
+        there is read as bytes (never fails a request). A log over ``MAX_LOG_BYTES`` is folded into
+        its header with a recount of the notices."""
+        raw = self.store.read(CHANGES_KEY) or b""
+        base_changes, base_posted, body = _split_log(raw)
+        posted = max(0, base_posted + body.count(b"+") - body.count(b"-"))
+        changes = base_changes + len(body)
+        if len(body) > MAX_LOG_BYTES:
+            recounted = sum(1 for n in self._read_notices().values() if n is not None)
+            # the swap fails when a rank appended since the read: folded at a later poll
+            self.store.compare_set(CHANGES_KEY, raw, _log_header(changes, recounted))
         return posted, changes
 
     def _read_notices(self) -> dict[int, OverrunNotice | None]:
@@ -250,6 +256,22 @@ class ConsensusBoard:
         if not self.store.check(keys):
             return None
         return {rank: notice for rank, notice in self._read_notices().items() if notice is not None}
+
+
+def _log_header(changes: int, posted: int) -> str:
+    return f"={changes}:{posted}\n"
+
+
+def _split_log(raw: bytes) -> tuple[int, int, bytes]:
+    """(changes, posted, the bytes after the header); a header that is not what ``_log_header``
+    writes counts as none (its bytes count as changes)."""
+    if raw.startswith(b"="):
+        end = raw.find(b"\n", 0, 40)
+        if end > 0:
+            head = raw[1:end].split(b":")
+            if len(head) == 2 and all(0 < len(h) <= 18 and h.isdigit() for h in head):
+                return int(head[0]), int(head[1]), raw[end + 1:]
+    return 0, 0, raw
 
 
 def _as_count(raw: bytes | None) -> int | None:
