@@ -84,6 +84,7 @@ def trigger_document(folder: Path, summary: Mapping[str, Any], *, event: str, re
         "schema": ALERT_SCHEMA,
         "action": "trigger",
         "dedup_key": dedup_key,
+        "alert_id": f"{dedup_key}/trigger",
         "text": text[:TEXT_LIMIT],
         "event": event,
         "reason": reason,
@@ -114,6 +115,7 @@ def resolve_document(trigger: Mapping[str, Any], lasted_seconds: float) -> dict[
         "schema": ALERT_SCHEMA,
         "action": "resolve",
         "dedup_key": trigger.get("dedup_key"),
+        "alert_id": f"{trigger.get('dedup_key')}/resolve",
         "text": f"lightning-ncclx: {trigger.get('run_id') or ''}/{event} recovered after {lasted_seconds:.1f} s: "
                 f"every rank moved on (resolves the {trigger.get('kind')} alert)",
         "event": event,
@@ -151,6 +153,7 @@ def straggler_document(folder: Path, episode: Mapping[str, Any], *, environ: Map
         "action": "trigger",
         "severity": STRAGGLER_SEVERITY,
         "dedup_key": f"lightning-ncclx/{run}/{key}/straggler-rank{rank}",
+        "alert_id": f"lightning-ncclx/{run}/{key}/straggler-rank{rank}-interval{episode.get('opened_interval')}",
         "text": f"lightning-ncclx: straggler warning in {run} (not a hang: the job goes on)\n{message}"[:TEXT_LIMIT],
         "event": f"straggler-rank{rank}-interval{episode.get('opened_interval')}",
         "reason": "straggler",

@@ -45,13 +45,25 @@ def scrub(text: str, secret: str | None) -> str:
     return text.replace(secret, "<secret>") if secret else text
 
 
-def post_json(url: str, body: Mapping[str, Any], timeout: float, secret: str) -> int:
+def alert_id(document: Mapping[str, Any]) -> str:
+    """The event-scoped id of one alert: the document's ``alert_id``, else ``<dedup_key>/<action>``
+    (alert files written before the field). The same for every attempt, takeover and resend of
+    that alert; a trigger and its resolve differ."""
+    value = document.get("alert_id")
+    if isinstance(value, str) and value:
+        return value
+    return f"{document.get('dedup_key')}/{document.get('action')}"
+
+
+def post_json(url: str, body: Mapping[str, Any], timeout: float, secret: str,
+              extra_headers: Mapping[str, str] | None = None) -> int:
     """POST ``body`` as JSON; the HTTP status of a 2xx answer, else :class:`DeliveryError`."""
     if not url.startswith(("https://", "http://")):
         raise DeliveryError("the URL is not http(s)")
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+    headers.update(extra_headers or {})
     try:
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json", "User-Agent": USER_AGENT})
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
         with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - http(s) only, checked above
             answer.read(64 * 1024)
             return int(answer.status)
@@ -65,14 +77,16 @@ def post_json(url: str, body: Mapping[str, Any], timeout: float, secret: str) ->
 
 @dataclass
 class WebhookSink:
-    """Posts the document as is: ``text`` for Slack-like tools, the other fields for the rest."""
+    """Posts the document as is: ``text`` for Slack-like tools, the other fields for the rest; the
+    ``Idempotency-Key`` header carries :func:`alert_id` (a receiver drops a repeat of it)."""
 
     url_env: str
     name: str = "webhook"
 
     def deliver(self, document: Mapping[str, Any], alert_path: Path, timeout: float) -> None:
         url = _secret(self.url_env)
-        post_json(url, document, timeout, url)
+        key = alert_id(document)
+        post_json(url, document, timeout, url, {"Idempotency-Key": key.encode("ascii", "replace").decode()[:512]})
 
     def settings(self) -> dict[str, Any]:
         return {"url_env": self.url_env}

@@ -32,7 +32,8 @@ def main() -> None:
                 parsed = None
             with lock, open(args.record, "a") as out:
                 out.write(json.dumps({"path": self.path, "body": parsed, "time": time.time(),
-                                      "content_type": self.headers.get("Content-Type")}) + "\n")
+                                      "content_type": self.headers.get("Content-Type"),
+                                      "idempotency_key": self.headers.get("Idempotency-Key")}) + "\n")
             if args.mode == "hang":
                 time.sleep(3600)
             self.send_response(202 if args.mode == "ok" else 500)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from alerts.servers import alert_server, refused_url
+from lightning_ncclx.alerts.message import dedup_key, resolve_document, straggler_document, trigger_document
 from lightning_ncclx.alerts.sinks import CommandSink, DeliveryError, PagerDutySink, WebhookSink, pagerduty_body
 
 SECRET = "s3cret-T0KEN-77"
@@ -82,3 +83,32 @@ def test_the_command_gets_the_alert_file_and_its_failures_are_named(tmp_path: Pa
         CommandSink(f"{sys.executable} -c 'import time; time.sleep(30)'").deliver(DOCUMENT, alert, 0.5)
     with pytest.raises(DeliveryError, match="could not run"):
         CommandSink(str(tmp_path / "missing-hook")).deliver(DOCUMENT, alert, 1.0)
+
+
+def test_the_webhook_names_each_alert_with_an_event_scoped_idempotency_key(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repeat of one alert (a takeover or resend after the receipt went unrecorded) carries the same
+    key; the resolve of that event, and another event, carry others."""
+    folder = tmp_path / "run-1" / "stall-001"
+    folder.mkdir(parents=True)
+    key = dedup_key(folder, {}, "stall-001")
+    trigger = trigger_document(folder, {}, event="stall-001", reason="stall", exit_code=None, dedup_key=key,
+                               environ={})
+    other = trigger_document(folder.parent / "stall-002", {}, event="stall-002", reason="stall", exit_code=None,
+                             dedup_key=dedup_key(folder.parent / "stall-002", {}, "stall-002"), environ={})
+    with alert_server(tmp_path) as server:
+        monkeypatch.setenv("HOOK_URL", server.url(f"/hook/{SECRET}"))
+        sink = WebhookSink("HOOK_URL")
+        for document in (trigger, dict(trigger), resolve_document(trigger, 3.0), other, DOCUMENT):
+            sink.deliver(document, tmp_path / "a.json", 5.0)
+        posts = server.posts()
+    keys = [post["idempotency_key"] for post in posts]
+    assert keys[0] == keys[1] == posts[0]["body"]["alert_id"] == f"{key}/trigger"
+    assert keys[2] == posts[2]["body"]["alert_id"] == f"{key}/resolve"
+    assert keys[3] not in keys[:3] and keys[3].endswith("stall-002/trigger")
+    assert keys[4] == f"{DOCUMENT['dedup_key']}/trigger"  # an alert file written before the field
+
+
+def test_each_straggler_episode_has_its_own_alert_id(tmp_path: Path) -> None:
+    first, again = (straggler_document(tmp_path, {"rank": 2, "opened_interval": i}, environ={}) for i in (4, 9))
+    assert first["dedup_key"] == again["dedup_key"] and first["alert_id"] != again["alert_id"]
