@@ -45,7 +45,8 @@ def _thread_cpu(thread: Any) -> float:
         return 0.0
 
 
-def fit_seconds(steps: int, folder: Path, metrics: bool, direct: dict[str, float] | None = None) -> float:
+def fit_seconds(steps: int, folder: Path, metrics: bool, direct: dict[str, float] | None = None,
+                control: bool = False) -> float:
     import torch
     from lightning.pytorch import Callback, LightningModule, Trainer
 
@@ -76,7 +77,16 @@ def fit_seconds(steps: int, folder: Path, metrics: bool, direct: dict[str, float
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             loop[1] = time.perf_counter()
 
-    callbacks: list = [LoopClock(), StallWatchdog(dump_dir=folder / "dumps")]
+    class Empty(Callback):
+        """The control arm: one more callback with the exporter's two step hooks, doing nothing."""
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            pass
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            pass
+
+    callbacks: list = [LoopClock(), StallWatchdog(dump_dir=folder / "dumps")] + ([Empty()] if control else [])
     if metrics:
         exporter = MetricsExporter(MetricsConfig(port=_free_port(), address="127.0.0.1",
                                                  textfile=str(folder / "ncclx.prom")))
@@ -148,18 +158,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--control", action="store_true",
+                        help="also a fit with an empty callback in each round (order rotated): Lightning's own "
+                             "per-callback cost, printed as a ratio to the fit without")
     args = parser.parse_args()
     import logging
 
     logging.disable(logging.WARNING)
-    ratios, off, on, threads, hooks, fixed = [], [], [], [], [], []
+    ratios, off, on, threads, hooks, fixed, controls = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="ncclx-metrics-cost-") as tmp:
         fit_seconds(20, Path(tmp) / "warm-off", False)  # imports and first-fit set-up, outside the pairs
         fit_seconds(20, Path(tmp) / "warm-on", True)
         for r in range(args.pairs):
             seconds = {}
-            for metrics in ((False, True) if r % 2 == 0 else (True, False)):
+            arms: list[Any] = [False, True] + (["control"] if args.control else [])
+            shift = r % len(arms)
+            arms = arms[shift:] + arms[:shift]
+            for metrics in (arms if r % 2 == 0 else arms[::-1]):
                 direct: dict[str, float] = {}
+                if metrics == "control":
+                    seconds[metrics] = fit_seconds(args.steps, Path(tmp) / f"r{r}-c", False, direct, control=True)
+                    continue
                 seconds[metrics] = fit_seconds(args.steps, Path(tmp) / f"r{r}-{metrics}", metrics, direct)
                 fixed.append((metrics, direct["whole"] - direct["loop"]))
                 if metrics:
@@ -168,6 +187,8 @@ def main() -> int:
             off.append(seconds[False])
             on.append(seconds[True])
             ratios.append(seconds[True] / seconds[False])
+            if "control" in seconds:
+                controls.append(seconds["control"] / seconds[False])
         write_cpu, scrape_cpu = cpu_per_call(Path(tmp))
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; {args.pairs} pairs of {args.steps}-step fits, "
@@ -179,6 +200,10 @@ def main() -> int:
           f"{statistics.median(x for m, x in fixed if m):.3f} s with metrics")
     print(f"per-pair ratio of training-loop times with/without: median {statistics.median(ratios):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f}, "
           f"range {min(ratios):.3f}-{max(ratios):.3f})")
+    if controls:
+        c = statistics.quantiles(controls, n=4) if len(controls) > 1 else [controls[0]] * 3
+        print(f"control (an empty callback) / without: median {statistics.median(controls):.3f} "
+              f"(quartiles {c[0]:.3f}-{c[2]:.3f})")
     print(f"metrics threads' CPU time / loop time: median {statistics.median(threads) * 100:.3f} % "
           f"(max {max(threads) * 100:.3f} %)")
     print(f"time inside the exporter's step hooks / loop time: median {statistics.median(hooks) * 100:.3f} % "
