@@ -75,6 +75,12 @@ def post_json(url: str, body: Mapping[str, Any], timeout: float, secret: str,
         raise DeliveryError(scrub(f"{type(err).__name__}: {err}", secret)) from None
 
 
+def _header_value(text: str) -> str:
+    """``text`` as a header value urllib accepts: printable ASCII only (an alert file read back by
+    ``alerts resend`` may hold anything), at most 512 characters."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[:512]
+
+
 @dataclass
 class WebhookSink:
     """Posts the document as is: ``text`` for Slack-like tools, the other fields for the rest; the
@@ -86,7 +92,7 @@ class WebhookSink:
     def deliver(self, document: Mapping[str, Any], alert_path: Path, timeout: float) -> None:
         url = _secret(self.url_env)
         key = alert_id(document)
-        post_json(url, document, timeout, url, {"Idempotency-Key": key.encode("ascii", "replace").decode()[:512]})
+        post_json(url, document, timeout, url, {"Idempotency-Key": _header_value(key)})
 
     def settings(self) -> dict[str, Any]:
         return {"url_env": self.url_env}

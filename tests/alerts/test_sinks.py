@@ -112,3 +112,15 @@ def test_the_webhook_names_each_alert_with_an_event_scoped_idempotency_key(tmp_p
 def test_each_straggler_episode_has_its_own_alert_id(tmp_path: Path) -> None:
     first, again = (straggler_document(tmp_path, {"rank": 2, "opened_interval": i}, environ={}) for i in (4, 9))
     assert first["dedup_key"] == again["dedup_key"] and first["alert_id"] != again["alert_id"]
+
+
+def test_an_alert_file_whose_id_holds_a_line_break_is_still_delivered(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``alerts resend`` reads files anyone in the folder could write: a CR/LF or non-ASCII id must not
+    make the header invalid (urllib refuses it, and the alert would never be sent)."""
+    document = dict(DOCUMENT, alert_id="x\r\nInjected: 1\u00e9")
+    with alert_server(tmp_path) as server:
+        monkeypatch.setenv("HOOK_URL", server.url(f"/hook/{SECRET}"))
+        WebhookSink("HOOK_URL").deliver(document, tmp_path / "a.json", 5.0)
+        posts = server.posts()
+    assert [post["idempotency_key"] for post in posts] == ["x??Injected: 1?"]
