@@ -3,10 +3,14 @@
 Each case: 1-6 ranks, up to 3 groups with random members, per rank a random window of each
 group's sequence ids (wrapped buffers, gaps, a rank with none), random ops/sizes/states, some
 p2p entries, some coalesced (repeated) sequence ids, and some entries with fields missing.
+
+Each property runs on ``ROUNDS`` seeds (the healthy one, cheap, on 200); set
+``NCCLX_FUZZ_ROUNDS`` for a longer search (e.g. 2000).
 """
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -18,6 +22,10 @@ from lightning_ncclx.report import render_html, render_json, render_markdown, re
 OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "gather", "scatter", "all_to_all", "barrier",
        "coalesced", "_all_gather_base")
 STATES = ("scheduled", "started", "completed")
+ROUNDS = int(os.environ.get("NCCLX_FUZZ_ROUNDS", "150"))
+"""Cases of each property over odd dump sets (seeds 0 .. ROUNDS-1 of its own range)."""
+FEWER_ROUNDS = max(1, ROUNDS * 2 // 5)
+"""Cases of the properties that rebuild every case in a second layout (context files, JSON)."""
 
 
 def _case(rng: random.Random, folder) -> None:
@@ -53,7 +61,7 @@ def _case(rng: random.Random, folder) -> None:
         write(folder, f"nccl_trace_rank_{rank}", dump(entries, groups))
 
 
-@pytest.mark.parametrize("seed", range(500))
+@pytest.mark.parametrize("seed", range(ROUNDS))
 def test_random_dump_sets_are_analyzed_and_rendered_without_error(tmp_path, seed):
     rng = random.Random(seed)
     _case(rng, tmp_path)
@@ -132,7 +140,7 @@ FIELDS = ("collective_seq_id", "p2p_seq_id", "process_group", "profiling_name", 
           "input_dtypes", "state", "time_created_ns", "frames", "is_p2p", "retired", "record_id")
 
 
-@pytest.mark.parametrize("seed", range(500))
+@pytest.mark.parametrize("seed", range(ROUNDS))
 def test_corrupted_fields_give_an_unreadable_rank_or_an_analysis_never_an_error(tmp_path, seed):
     rng = random.Random(10_000 + seed)
     _case(rng, tmp_path)
@@ -155,7 +163,7 @@ def test_corrupted_fields_give_an_unreadable_rank_or_an_analysis_never_an_error(
     _culprits_are_members(s)
 
 
-@pytest.mark.parametrize("seed", range(200))
+@pytest.mark.parametrize("seed", range(FEWER_ROUNDS))
 def test_our_layout_with_odd_context_stacks_and_collection_files_is_analyzed(tmp_path, seed):
     import json
 
@@ -188,7 +196,7 @@ def test_our_layout_with_odd_context_stacks_and_collection_files_is_analyzed(tmp
     _culprits_are_members(s)
 
 
-@pytest.mark.parametrize("seed", range(200))
+@pytest.mark.parametrize("seed", range(FEWER_ROUNDS))
 def test_random_dump_sets_written_as_json_are_read_like_pickles(tmp_path, seed):
     import json
     import pickle
