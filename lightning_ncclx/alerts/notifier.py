@@ -7,6 +7,13 @@ sender; another rank that follows the event on the same host sends them instead
 (:meth:`AlertNotifier.take_over`), once its process is gone and after claiming the next
 takeover generation exclusively: one rank takes over, and never while the sender lives.
 
+Across hosts the job's store holds the claim (:mod:`~lightning_ncclx.alerts.claim`): the
+summarizing rank arms it with the trigger document once the summary is written
+(:meth:`AlertNotifier.arm`) and marks it as it sends; a watcher on any host whose own heartbeat
+confirms the event sends that document once the claim stayed unchanged past the holder's
+deadline (:meth:`AlertNotifier.watch_claim`); a takeover on the sender's host claims it there
+too. One process of the job sends each trigger.
+
 Delivery runs on a daemon thread; :meth:`AlertNotifier.drain` lets a rank about to exit wait for
 it, at most until the alert's deadline (``ncclx.alerts.deadline_seconds``)."""
 
@@ -16,8 +23,9 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from lightning_ncclx.alerts.claim import TAKEOVER_MARGIN_SECONDS, ClaimBoard, ClaimRecord, watchers
 from lightning_ncclx.alerts.delivery import Policy, deliver
 from lightning_ncclx.alerts.message import (
     dedup_key, read_summary, resolve_document, straggler_document, trigger_document,
@@ -63,8 +71,38 @@ class AlertNotifier:
         """Alert files this process sends (its own, or taken over)."""
         self._last_straggler: float | None = None
         """When the last straggler warning went out (monotonic): the rate limit's clock."""
+        self.claims: ClaimBoard | None = None
+        """The job-wide claims in the job's store (:meth:`attach_claims`); None: this host only."""
+        self._claimed: set[int] = set()
+        """Events whose trigger this rank claimed in place of a holder that is gone."""
+        self._watching: dict[int, tuple[dict[str, Any], Callable[[], bool]]] = {}
+        """Event number -> the arguments of :meth:`watch_claim` and whether it is still confirmed."""
 
-    def trigger(self, folder: Path, *, event: str, reason: str, exit_code: int | None) -> None:
+    def attach_claims(self, board: ClaimBoard) -> None:
+        self.claims = board
+
+    @property
+    def takeover_hold_seconds(self) -> float:
+        """How long a claim stays unchanged before a watcher takes it over: a live holder
+        finishes its delivery within the deadline."""
+        return self.policy.deadline_seconds + TAKEOVER_MARGIN_SECONDS
+
+    def arm(self, folder: Path, *, number: int, event: str, reason: str, exit_code: int | None,
+            claim_within_seconds: float) -> None:
+        """The summarizing rank, once the summary is written: the trigger it would send, in the
+        store, for a watcher to send should this process be gone by then."""
+        if self.claims is None:
+            return
+        try:
+            summary = read_summary(folder) or {}
+            document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
+                                        dedup_key=dedup_key(folder, summary, event))
+            self.claims.arm(number, document, claim_within_seconds)
+        except Exception:  # noqa: BLE001 - the alert is still sent by this rank; only a takeover lacks it
+            log.warning("%s: arming the job-wide alert claim failed", event, exc_info=True)
+
+    def trigger(self, folder: Path, *, event: str, reason: str, exit_code: int | None,
+                number: int | None = None) -> None:
         try:
             path = alert_path(folder, "trigger")
             if not claim(path):
@@ -73,7 +111,8 @@ class AlertNotifier:
             summary = read_summary(folder) or {}
             document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
                                         dedup_key=dedup_key(folder, summary, event))
-            self._triggers[str(folder)] = self._start(path, document)
+            held = self._hold(number, document)
+            self._triggers[str(folder)] = self._start(path, document, on_done=self._finisher(number, held))
         except Exception:  # noqa: BLE001
             log.warning("%s: the alert could not be prepared", event, exc_info=True)
 
@@ -115,22 +154,95 @@ class AlertNotifier:
             log.warning("the straggler warning could not be prepared", exc_info=True)
             return False
 
-    def take_over(self, folder: Path) -> list[Path]:
+    def _hold(self, number: int | None, document: dict[str, Any]) -> ClaimRecord | None:
+        if self.claims is None or number is None:
+            return None
+        try:
+            return self.claims.hold(number, document)
+        except Exception:  # noqa: BLE001 - sent all the same: the store only serves a takeover
+            log.warning("%s: marking the job-wide alert claim failed", document.get("event"), exc_info=True)
+            return None
+
+    def _finisher(self, number: int | None, held: ClaimRecord | None) -> Callable[[], None] | None:
+        board = self.claims
+        if board is None or number is None or held is None:
+            return None
+        return lambda: board.finish(number, held)
+
+    def watch_claim(self, folder: Path, *, number: int, event: str, reason: str, initiator: int,
+                    confirmed_at: float, still_confirmed: Callable[[], bool] = lambda: True) -> bool:
+        """A rank that follows an event its own heartbeat confirmed (at ``confirmed_at``,
+        monotonic): send its trigger when the rank that holds the job-wide claim is gone (see
+        :mod:`~lightning_ncclx.alerts.claim`); True when this rank took it over. Never raises.
+        ``still_confirmed``: False once this rank moved past the event (:meth:`settle_claims`)."""
+        board = self.claims
+        if board is None or number in self._claimed or self.rank not in watchers(initiator, board.world_size):
+            return False
+        self._watching[number] = (dict(folder=folder, number=number, event=event, reason=reason, initiator=initiator,
+                                       confirmed_at=confirmed_at), still_confirmed)
+        path = alert_path(folder, "trigger")
+        if str(path) in self._sending:
+            return False
+        try:
+            held = board.watch(number, event, confirmed_at, self.takeover_hold_seconds,
+                               lambda: self._fallback_document(folder, event, reason, initiator))
+            if held is None or held.document is None:
+                return False
+            self._claimed.add(number)
+            log.warning("[rank %d] the trigger alert of %s was held by rank %d, gone (its claim unchanged for %g s): "
+                        "sending it (claim generation %d)", self.rank, event, initiator, self.takeover_hold_seconds,
+                        held.generation)
+            folder.mkdir(parents=True, exist_ok=True)
+            self._start(path, held.document, on_done=self._finisher(number, held))
+            return True
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] watching the alert claim of %s failed", self.rank, event, exc_info=True)
+            return False
+
+    def settle_claims(self, poll_seconds: float = 0.2) -> None:
+        """Before this process ends: the claims it watches of events still confirmed here are
+        followed until ``done``, taken over, or for at most twice the takeover hold
+        (:attr:`takeover_hold_seconds`); the exit of the job's other ranks would end the watch
+        before a holder that is gone could be taken over."""
+        board = self.claims
+        if board is None:
+            return
+        deadline = time.monotonic() + 2 * self.takeover_hold_seconds
+        while True:
+            pending = [(spec, still) for number, (spec, still) in self._watching.items()
+                       if number not in self._claimed and not board.finished(number) and still()]
+            if not pending or time.monotonic() >= deadline:
+                return
+            for spec, still in pending:
+                arguments = dict(spec)
+                self.watch_claim(arguments.pop("folder"), still_confirmed=still, **arguments)
+            time.sleep(poll_seconds)
+
+    def _fallback_document(self, folder: Path, event: str, reason: str, initiator: int) -> dict[str, Any]:
+        """What this rank knows of an event whose summarizing rank left no trigger document."""
+        summary = read_summary(folder) or {
+            "headline": f"{reason} event {event}: the summarizing rank {initiator} is gone and left no alert; "
+                        f"its summary is on its host; this rank's dump is in {folder}"}
+        return trigger_document(folder, summary, event=event, reason=reason, exit_code=None,
+                                dedup_key=dedup_key(folder, summary, event))
+
+    def take_over(self, folder: Path, number: int | None = None) -> list[Path]:
         """Send the alerts of ``folder`` whose sinks are still ``pending`` while the process that
-        was sending them is gone (this host only); returns the files taken over. Never raises."""
+        was sending them is gone (this host only; ``number``: the event's, to claim its trigger
+        in the job's store too); returns the files taken over. Never raises."""
         taken: list[Path] = []
         for action in ACTIONS:
             path = alert_path(folder, action)
             try:
                 if str(path) in self._sending or not path.exists():
                     continue
-                if self._take_over_one(path):
+                if self._take_over_one(path, number):
                     taken.append(path)
             except Exception:  # noqa: BLE001
                 log.warning("[rank %d] taking over %s failed", self.rank, path, exc_info=True)
         return taken
 
-    def _take_over_one(self, path: Path) -> bool:
+    def _take_over_one(self, path: Path, number: int | None = None) -> bool:
         try:
             document, entries = read_alert(path)
         except BadAlertFile:
@@ -141,20 +253,41 @@ class AlertNotifier:
         if not sinks:
             return False
         generation = 1 + max(generation_of(entry.get("sender")) for entry in orphaned.values())
+        gone = next(iter(orphaned.values())).get("sender") or {}
+        held = self._take_from(number, document, gone.get("rank"))
+        if held is False:
+            return False  # a rank of another host holds it, or it was sent
         if generation > MAX_GENERATION or not claim(takeover_claim_path(path, generation)):
             return False  # another rank took it over first
-        gone = next(iter(orphaned.values())).get("sender") or {}
         me = sender_record(self.rank, generation)
         for sink in sinks:
             entries[sink.name].update(sender=me, taken_over_from=gone.get("rank"))
         log.warning("[rank %d] the %s alert of %s was being sent by rank %s, whose process is gone: sending it "
                     "(%s)", self.rank, document.get("action"), document.get("event"), gone.get("rank"),
                     ", ".join(sink.name for sink in sinks))
-        self._start(path, document, entries=entries, sinks=sinks)
+        self._start(path, document, entries=entries, sinks=sinks,
+                    on_done=self._finisher(number, held if isinstance(held, ClaimRecord) else None))
         return True
 
+    def _take_from(self, number: int | None, document: dict[str, Any], gone_rank: Any) -> ClaimRecord | bool | None:
+        """The job-wide claim of a trigger taken over on the sender's host: the record held, False
+        when another holder has it, None where the store cannot tell (the host's claim decides)."""
+        if self.claims is None or number is None or document.get("action") != "trigger":
+            return None
+        try:
+            held = self.claims.take_from(number, str(document.get("event")), gone_rank if isinstance(gone_rank, int)
+                                         else None, document)
+        except Exception:  # noqa: BLE001 - the store's host may be the rank that died
+            log.warning("[rank %d] the job-wide alert claim could not be read: this host's claim decides", self.rank,
+                        exc_info=True)
+            return None
+        if held is not None:
+            self._claimed.add(number)
+        return held if held is not None else False
+
     def _start(self, path: Path, document: dict[str, Any], after: threading.Thread | None = None, *,
-               entries: dict[str, dict[str, Any]] | None = None, sinks: list[Sink] | None = None) -> threading.Thread:
+               entries: dict[str, dict[str, Any]] | None = None, sinks: list[Sink] | None = None,
+               on_done: Callable[[], None] | None = None) -> threading.Thread:
         sinks = self.sinks if sinks is None else sinks
         if entries is None:
             me = sender_record(self.rank)
@@ -170,6 +303,11 @@ class AlertNotifier:
                 deliver(path, document, sinks, entries, self.policy)
             except Exception:  # noqa: BLE001
                 log.warning("delivering %s failed; the alert stays in %s", key, path, exc_info=True)
+            if on_done is not None:
+                try:
+                    on_done()
+                except Exception:  # noqa: BLE001 - the store's host may be gone
+                    log.warning("recording %s as done in the job's store failed", key, exc_info=True)
 
         thread = threading.Thread(target=send, name="ncclx-alert", daemon=True)
         thread.start()
@@ -178,7 +316,12 @@ class AlertNotifier:
         return thread
 
     def drain(self) -> None:
-        """Wait for the alerts being sent, each at most until its deadline."""
+        """Wait for the alerts being sent, each at most until its deadline (after
+        :meth:`settle_claims`: a takeover it starts is waited for too)."""
+        try:
+            self.settle_claims()
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] following the alert claims before the exit failed", self.rank, exc_info=True)
         for thread, deadline in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._threads = [(t, d) for t, d in self._threads if t.is_alive()]

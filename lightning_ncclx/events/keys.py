@@ -54,6 +54,11 @@ def outcome_key(number: int) -> str:
     return event_key(number, "outcome")
 
 
+def alert_claim_key(number: int) -> str:
+    """Who sends the event's trigger alert (:mod:`lightning_ncclx.alerts.claim`)."""
+    return event_key(number, "alert")
+
+
 def gone_key(number: int) -> str:
     return event_key(number, "gone")
 

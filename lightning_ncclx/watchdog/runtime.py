@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lightning_ncclx.alerts import AlertNotifier
-from lightning_ncclx.config import AlertsConfig, StallAction, WatchdogConfig
+from lightning_ncclx.alerts.claim import ClaimBoard
+from lightning_ncclx.config import AlertsConfig, StallAction, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.native_stacks import NativeStackTimer
 from lightning_ncclx.dump.writer import format_stacks
 from lightning_ncclx.events.connection import StoreAddress, StoreClient, StoreUnavailable, release_client, shared_client
@@ -505,6 +506,7 @@ class WatchdogRuntime:
                 silent_ranks=frozenset((self.detection or {}).get("silent_ranks", ())),
             )
         self.results.append(result)
+        self.arm_alert_claim(event, result)
         self.report_kind(event, result.hang_kind, result.restart_advice)
         read = sorted({i.rank for i in getattr(result.summary, "inputs", ())})
         header = (f"[rank {self.rank}] {event.name}: "
@@ -557,7 +559,8 @@ class WatchdogRuntime:
         if notifier is None or result is None:
             return
         if action == "trigger":
-            notifier.trigger(result.folder, event=opened.event.name, reason=opened.event.reason, exit_code=exit_code)
+            notifier.trigger(result.folder, event=opened.event.name, reason=opened.event.reason, exit_code=exit_code,
+                             number=opened.event.number)
         else:
             notifier.resolve(result.folder, event=opened.event.name, lasted_seconds=lasted_seconds)
 
@@ -565,7 +568,52 @@ class WatchdogRuntime:
         """Send the alerts of an event another rank summarized when that rank's process died while
         sending them (same host: the event folder and ``/proc`` are this rank's to read)."""
         if self.alerts is not None:
-            self.alerts.take_over(self.dump_dir / opened.event.name)
+            self.alerts.take_over(self.dump_dir / opened.event.name, opened.event.number)
+            self.watch_alert_claim(opened)
+
+    def _alert_claims(self) -> AlertNotifier | None:
+        """The notifier, with the job-wide claims of :mod:`~lightning_ncclx.alerts.claim` attached."""
+        notifier = self.alerts
+        if notifier is not None and notifier.claims is None:
+            notifier.attach_claims(ClaimBoard(self.client, self.rank, self.world_size, clock=self._clock))
+        return notifier
+
+    def arm_alert_claim(self, event: EventMeta, result: CollectionResult) -> None:
+        """The summarizing rank, once the summary is written: the trigger a stall or an exception
+        would send, armed in the job's store, with when this rank sends it (the rule of
+        ``EventParticipation._arm_alert``: an exception at once, a stall once its heartbeat has not
+        moved for ``confirm_seconds``, at the latest at the step threshold)."""
+        notifier = self._alert_claims()
+        if notifier is None or event.reason not in ("stall", "exception"):
+            return
+        exiting = self.config.on_stall is StallAction.dump_and_exit
+        within = 0.0
+        if event.reason == "stall":
+            bar = min(notifier.config.confirm_seconds, self.heartbeat.threshold(Phase.train_step))
+            within = max(0.0, self.heartbeat.last.time + bar - self.clock())
+        notifier.arm(result.folder, number=event.number, event=event.name, reason=event.reason,
+                     exit_code=exit_code_for(result.hang_kind, self.config) if exiting else None,
+                     claim_within_seconds=within)
+
+    def watch_alert_claim(self, opened: Any) -> None:
+        """A rank following a stall or an exception that its own heartbeat confirms (the
+        summarizing rank's rule) watches the job-wide claim of its trigger: sent by this rank
+        when the rank holding it is gone, whatever host it was on."""
+        notifier = self._alert_claims()
+        event = opened.event
+        if notifier is None or event.reason not in ("stall", "exception"):
+            return
+        confirmed_at = opened.beat_time
+        if event.reason == "stall":
+            if self.heartbeat.last.seq != opened.beat_seq:
+                return  # moving on: not a confirmed hang from here
+            confirmed_at += min(notifier.config.confirm_seconds, self.heartbeat.threshold(Phase.train_step))
+            if self.clock() < confirmed_at:
+                return
+        notifier.watch_claim(self.dump_dir / event.name, number=event.number, event=event.name,
+                             reason=event.reason, initiator=event.initiator, confirmed_at=confirmed_at,
+                             still_confirmed=lambda: event.reason == "exception"
+                             or self.heartbeat.last.seq == opened.beat_seq)
 
     def drain_alerts(self) -> None:
         """Before this process ends: wait for alerts being sent, at most ``ncclx.alerts.deadline_seconds``."""

@@ -3,7 +3,9 @@ its ``StallWatchdog`` gets ``AlertsConfig(**json.loads($NCCLX_TEST_ALERTS))``. W
 ``$NCCLX_TEST_PAUSE=rank,batch,seconds`` that rank waits that long after that batch (before
 the heartbeat of its end), while the others wait for it in the next step: a wait that ends.
 With ``$NCCLX_TEST_KILL_SENDER=<path>`` the first process about to deliver a trigger creates
-that file (its rank inside) and SIGKILLs itself: the sender dies at the moment it would send."""
+that file (its rank inside) and SIGKILLs itself: the sender dies at the moment it would send.
+With ``$NCCLX_TEST_KILL_BEFORE_CLAIM=<path>`` the first process about to send a trigger does so
+before it claims anything (the summary written, the job-wide claim armed)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,30 @@ def _kill_the_first_sender(marker: str) -> None:
     notifier.deliver = deliver_or_die
 
 
+def _write_marker_and_die(marker: str) -> None:
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.write(fd, os.environ.get("LOCAL_RANK", "0").encode())
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_the_first_trigger_before_its_claim(marker: str) -> None:
+    from lightning_ncclx.alerts.notifier import AlertNotifier
+
+    trigger = AlertNotifier.trigger
+
+    def die_then_trigger(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        _write_marker_and_die(marker)
+        return trigger(self, *args, **kwargs)
+
+    AlertNotifier.trigger = die_then_trigger
+
+
+if os.environ.get("NCCLX_TEST_KILL_BEFORE_CLAIM"):
+    _kill_the_first_trigger_before_its_claim(os.environ["NCCLX_TEST_KILL_BEFORE_CLAIM"])
 if os.environ.get("NCCLX_TEST_KILL_SENDER"):
     _kill_the_first_sender(os.environ["NCCLX_TEST_KILL_SENDER"])
 watchdog_package.StallWatchdog = AlertingWatchdog  # train_job imports it when it builds the callbacks

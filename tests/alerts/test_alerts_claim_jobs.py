@@ -1,0 +1,124 @@
+"""Real 3-rank jobs (gloo on CPU, a real TCPStore) in which every rank is a host of its own: each
+runs in its own pid namespace (``unshare --pid --fork --mount-proc``), so no rank can see another's
+``/proc``, as on three machines. Rank 2 summarizes the stall of rank 1 and is SIGKILLed before it
+claims the trigger, or as it sends it; a rank of another "host" sends it in its place, from the
+job-wide claim in the store: exactly one trigger arrives at a real HTTP server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import watchdog.harness as harness
+from alerts.servers import alert_server
+from support import clean_env, kill_session, start_job
+
+pytestmark = pytest.mark.timeout(400)
+ALERT_JOB = Path(__file__).parent / "jobs" / "alert_job.py"
+WORLD = 3
+STALL_ARGS = ("--fault", "stuck_train", "--fault-rank", "1", "--noticer-rank", "2", "--slow-rank-threshold", "6",
+              "--train-step-seconds", "3", "--no-auto", "--no-consensus")
+HOST_OF_ITS_OWN = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "host"]
+"""A rank's own pid namespace; ``sh`` is its pid 1, so the rank can SIGKILL itself."""
+
+
+def _namespaces_unavailable() -> str | None:
+    if shutil.which("unshare") is None:
+        return "util-linux's `unshare` is not installed"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
+    return None if probe.returncode == 0 else f"no pid namespace here: {probe.stderr.decode(errors='replace')[:200]}"
+
+
+@pytest.fixture(scope="module")
+def separate_hosts() -> None:
+    reason = _namespaces_unavailable()
+    if reason:
+        pytest.skip(reason)
+
+
+def _alerts_env(webhook_url: str, pd_url: str) -> dict[str, str]:
+    config: dict[str, Any] = {"enabled": True, "webhook": {"url_env": "NCCLX_TEST_WEBHOOK_URL"},
+                              "pagerduty": {"routing_key_env": "NCCLX_TEST_ROUTING_KEY", "endpoint": pd_url},
+                              "attempt_timeout_seconds": 1.0, "attempts": 2, "deadline_seconds": 4.0,
+                              "confirm_seconds": 4.0}
+    return {"NCCLX_TEST_ALERTS": json.dumps(config), "NCCLX_TEST_WEBHOOK_URL": webhook_url,
+            "NCCLX_TEST_ROUTING_KEY": "routing-key"}
+
+
+def _run_on_separate_hosts(tmp_path: Path, extra_env: dict[str, str], timeout: float = 300.0) -> harness.JobResult:
+    """Every rank started by hand in its own pid namespace; ``returncode``: the highest exit code."""
+    dump_dir = tmp_path / "dumps"
+    port = str(harness.free_port())
+    procs, logs = [], []
+    try:
+        for rank in range(WORLD):
+            env = clean_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "LOCAL_RANK": str(rank),
+                             "NODE_RANK": "0", "WORLD_SIZE": str(WORLD), "OMP_NUM_THREADS": "1", **extra_env})
+            logs.append(tmp_path / f"rank{rank}.log")
+            argv = [*HOST_OF_ITS_OWN, sys.executable, str(ALERT_JOB), "--dump-dir", str(dump_dir),
+                    "--devices", str(WORLD), *STALL_ARGS]
+            procs.append(start_job(argv, env=env, cwd=tmp_path, log=logs[-1]))
+        codes: list[int | None] = []
+        for proc in procs:
+            try:
+                codes.append(proc.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+    finally:
+        for proc in procs:
+            kill_session(proc)
+            proc.wait()
+    text = "\n".join(f"[rank {r} log]\n" + path.read_text(errors="replace") for r, path in enumerate(logs))
+    return harness.JobResult(None if None in codes else max(codes), text, dump_dir)
+
+
+def _one_trigger_from_another_host(result: harness.JobResult, server: Any, killed: int) -> dict[str, Any]:
+    events = result.events("stall-")
+    assert len(events) == 1, f"{events}\n{result.log[-6000:]}"
+    hooks, pds = server.posts("/hook/"), server.posts("/pd/")
+    assert len(hooks) == 1 and len(pds) == 1, (hooks, pds, result.log[-8000:])
+    hook = hooks[0]
+    assert hook["body"]["action"] == "trigger" and hook["body"]["event"] == events[0].name
+    assert hook["body"]["culprit_ranks"] == [1], hook["body"]
+    assert hook["idempotency_key"] == hook["body"]["alert_id"]
+    assert pds[0]["body"]["dedup_key"] == hook["body"]["dedup_key"]
+    assert result.log.count("gone (its claim unchanged") == 1, result.log[-8000:]
+    kept = json.loads((events[0] / "alert-trigger.json").read_text())
+    senders = {entry["sender"]["rank"] for entry in kept["sinks"].values()}
+    assert len(senders) == 1 and killed not in senders, (kept, killed)
+    assert {entry["state"] for entry in kept["sinks"].values()} == {"sent"}
+    return hook["body"]
+
+
+def test_a_summarizing_rank_killed_before_it_claims_is_replaced_by_a_rank_of_another_host(
+        tmp_path: Path, separate_hosts: None) -> None:
+    marker = tmp_path / "killed-before-claim"
+    with alert_server(tmp_path / "server") as server:
+        env = _alerts_env(server.url("/hook/x"), server.url("/pd/v2/enqueue"))
+        result = _run_on_separate_hosts(tmp_path, {**env, "NCCLX_TEST_KILL_BEFORE_CLAIM": str(marker)})
+        assert marker.is_file(), result.log[-8000:]
+        killed = int(marker.read_text())
+        assert killed == 2, result.log[-8000:]
+        body = _one_trigger_from_another_host(result, server, killed)
+    # the summarizing rank's own document, armed in the store with the summary: its kind and culprit
+    assert body["kind"] == "stuck_outside_collective" and "hang confirmed" in body["text"]
+
+
+def test_a_summarizing_rank_killed_as_it_sends_is_replaced_by_a_rank_of_another_host(
+        tmp_path: Path, separate_hosts: None) -> None:
+    marker = tmp_path / "killed-sender"
+    with alert_server(tmp_path / "server") as server:
+        env = _alerts_env(server.url("/hook/x"), server.url("/pd/v2/enqueue"))
+        result = _run_on_separate_hosts(tmp_path, {**env, "NCCLX_TEST_KILL_SENDER": str(marker)})
+        assert marker.is_file(), result.log[-8000:]
+        killed = int(marker.read_text())
+        assert killed == 2, result.log[-8000:]
+        _one_trigger_from_another_host(result, server, killed)
+    assert "whose process is gone: sending it" not in result.log  # no rank shares the sender's /proc
