@@ -92,14 +92,27 @@ def _names(names: list) -> set[str]:
 
 def _consecutive(seqs: list) -> bool:
     """Positive ints (not bools or floats: those take the general path), each one more than the
-    one before."""
-    return (countOf(map(type, seqs), int) == len(seqs) and seqs[0] > 0
-            and seqs == list(range(seqs[0], seqs[0] + len(seqs))))
+    one before. A list equal to a ``range`` holds ints, bools or floats (nothing else a dump can
+    hold equals an int); a bool could only equal the first id, which must be an ``int``, and a
+    float among them makes their sum a float: no type is asked per id."""
+    first = seqs[0]
+    return (type(first) is int and first > 0 and seqs == list(range(first, first + len(seqs)))
+            and type(sum(seqs)) is int)
 
 
 def _flags(entries: list, get: itemgetter) -> bytes:
     """1 where the field is true: bools (what dumps hold) go into ``bytes`` as they are; anything
-    else (None, a number past 1, a string) is taken as its truth."""
+    else (None, a number past 1, a string) is taken as its truth. The common dump (every entry
+    ``True``, or all but its newest) is recognised by counting ``True`` s, which needs no
+    conversion per entry."""
+    n = len(entries)
+    finished = countOf(map(get, entries), True)
+    if finished == n:
+        return b"\x01" * n
+    if finished == n - 1:
+        newest = get(entries[-1])
+        if not (newest is True or newest == True):  # noqa: E712 - what countOf compared with
+            return b"\x01" * (n - 1) + (b"\x01" if newest else b"\x00")
     try:
         raw = bytes(map(get, entries))
     except (TypeError, ValueError):

@@ -42,6 +42,12 @@ COMMON = {
     "starts late": lambda: collectives(30, start=1000),
     "retired as numbers and None": lambda: [dict(e, retired=(1, 7, None, 0.0, "yes")[i % 5]) for i, e in
                                             enumerate(collectives(20))],
+    "newest not retired (None)": lambda: [dict(e, retired=None if i == 19 else True) for i, e in
+                                          enumerate(collectives(20, last_state="started"))],
+    "newest retired as 2": lambda: [dict(e, retired=2 if i == 19 else True) for i, e in enumerate(collectives(20))],
+    "one unretired, not the newest": lambda: [dict(e, retired=i != 7) for i, e in
+                                              enumerate(collectives(20, last_state="started"))],
+    "every one retired as 1": lambda: [dict(e, retired=1) for e in collectives(20)],
     "mixed ops": lambda: [entry(i, i + 1, op=("all_reduce", "broadcast", "all_gather")[i % 3], size=i % 5 + 1)
                           for i in range(60)],
 }
