@@ -19,11 +19,16 @@ from lightning_ncclx.events.connection import StoreAddress, StoreClient
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.doorbell import Doorbell
 from lightning_ncclx.events.gather import gather_and_summarize
+
+try:
+    from lightning_ncclx.events.gather import finish_reports
+except ImportError:  # a baseline from before the reports' own thread
+    finish_reports = None
 from lightning_ncclx.events.wire import Announcement, Outcome
 from lightning_ncclx.watchdog.participation import EXIT_WAIT_MARGIN_SECONDS, scaled
 from lightning_ncclx.watchdog.runtime import LEAVE_WAIT_SECONDS
 
-LOCAL_STEPS = ("digests", "first_diagnosis", "digest_files", "summary")
+LOCAL_STEPS = ("digests", "first_diagnosis", "digest_files", "summary", "reports")
 """The initiator's own work between store requests (timed in ``collection.json``)."""
 
 
@@ -69,6 +74,9 @@ def run_new(port: int, world: int, counts: Counts, dump_dir: Path, steps: int, m
     left = len(coordinator.roster(event, "leaving"))
     coordinator.forget(event)
     mark("outcome_exit")
+    if finish_reports is not None:  # the reports after summary.json, on their own thread: joined before exit
+        finish_reports(result)
+        mark("reports")
     doorbell.stop()
     summary = result.summary
     return {"initiator_code": code, "kind": result.hang_kind, "verdict": result.verdict,
@@ -82,7 +90,8 @@ def run_new(port: int, world: int, counts: Counts, dump_dir: Path, steps: int, m
 
 def _split(mark: Any, start: float, timings: dict[str, float]) -> None:
     """The collection's steps as phases (their seconds from the gather's timings), ending now
-    (the expanded digests' files are finished after summary.json is written)."""
+    (the expanded digests' files are finished after summary.json is written: here, or since the
+    reports' own thread, after the outcome, in the ``reports`` phase)."""
     at = start
     for name, label in (("wait", "announce"), ("digests", "digests"), ("first_diagnosis", "first_diagnosis"),
                         ("full_dumps", "want_full_dumps"), ("summary", "summary")):

@@ -205,8 +205,11 @@ def _priority(f: Finding, stuck: set[tuple[str, str]], roots: frozenset = frozen
     return (rank, True, f.confidence != "high", when, f.group.name)
 
 
-def analyze(loaded: LoadedFolder) -> Summary:
-    """Diagnose ``loaded`` (see :func:`lightning_ncclx.analysis.analyze_folder`)."""
+def analyze(loaded: LoadedFolder, for_reports: bool = True) -> Summary:
+    """Diagnose ``loaded`` (see :func:`lightning_ncclx.analysis.analyze_folder`). ``for_reports``
+    False: no per-rank rows and no straggler statistics, which only the reports show (a diagnosis
+    read for its findings alone: a two-phase gather's first one, which picks the full dumps to
+    pull; at 16,384 ranks the two are most of the analysis)."""
     contexts = loaded.contexts
     traces = with_context_p2p(loaded.traces, contexts)  # gloo's sends/recvs, which its recorder omits
     groups = resolve_groups(traces, contexts)
@@ -234,7 +237,8 @@ def analyze(loaded: LoadedFolder) -> Summary:
             notes.append(f"rank(s) {_ranks(div.unknown)} hold no entry of {_group_label(group)} although the others' "
                          "oldest entry of it is past its first collective: their ring buffer wrapped past it (raise "
                          "TORCH_FR_BUFFER_SIZE) or their recorder is off; they were not compared in it")
-        stragglers.extend(group_stragglers(group, tracks))
+        if for_reports:
+            stragglers.extend(group_stragglers(group, tracks))
         if div.kind in ("mismatch", "behind"):
             findings.append(finding_from(group, div, tracks, states))
         rule = rule_finding(group, tracks, states)
@@ -291,7 +295,7 @@ def analyze(loaded: LoadedFolder) -> Summary:
         hosts={r: c.host for r, c in contexts.items() if c.host}, dump_locations=loaded.dump_locations,
         stragglers=tuple(sorted(stragglers, key=lambda s: -s.median_late_ms)[:10]),
         per_rank=rank_rows(seen, missing_ranks, by_lib, states, contexts,
-                           keep=tuple(r for f in findings for r in f.ranks)),
+                           keep=tuple(r for f in findings for r in f.ranks)) if for_reports else (),
         context=_context_extras(loaded, world),
         inputs=tuple(InputFile(t.path, t.rank, t.rank_from, t.lib, t.fmt, t.version, t.comm_lib_version, t.n_entries)
                      for t in traces),

@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 import zlib
 from dataclasses import dataclass, field, replace
@@ -213,9 +214,17 @@ def load_event(folder: str | os.PathLike, in_memory: ReadInMemory, skip_folders:
 
 
 def walk_order(path: str | os.PathLike) -> tuple[tuple[str, ...], str]:
-    """Where :func:`discover`'s walk meets ``path``: a folder's files before its sub-folders'."""
+    """Where :func:`discover`'s walk meets ``path``: a folder's files before its sub-folders'.
+    A plain absolute path (no empty, ``.`` or trailing part) is split as a string, as ``Path``
+    would split it (49,152 paths at 16,384 ranks)."""
+    if type(path) is str and path.startswith("/") and not _NOT_PLAIN.search(path):
+        head, _, name = path.rpartition("/")
+        return ("/", *head.split("/")[1:]) if head else ("/",), name
     where = Path(path)
     return where.parent.parts, where.name
+
+
+_NOT_PLAIN = re.compile(r"//|/\.(/|$)|/$")
 
 
 def _loaded(root: Path, found: Discovery, workers: int | None, in_memory: ReadInMemory | None = None) -> LoadedFolder:

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,6 +39,7 @@ class FirstDiagnosis:
         self.loaded = load_folder(folder)
         self.memory = ReadInMemory()
         self._rank_of: dict[str, int] = {}
+        self._host_folders: dict[str, str] = {}
         self._have = {t.rank for t in self.loaded.traces} | set(self.loaded.contexts)
 
     def add(self, expanded: Expanded, host: str) -> None:
@@ -47,21 +49,25 @@ class FirstDiagnosis:
         rank = expanded.rank
         if rank in self._have:
             return
-        where = self.folder / GATHERED_FOLDER / host
+        where = self._host_folders.get(host)
+        if where is None:  # one Path per host; the files' paths by joining strings
+            where = self._host_folders[host] = str(self.folder / GATHERED_FOLDER / host) + os.sep
         listed = expanded.context.get("trace_files") or ()
         for name, trace in expanded.traces.items():
-            path = str(where / name)
+            path = where + name
             self.memory.traces[path] = trace_from_data(trace, path, rank, name in listed)
             self._rank_of[path] = rank
-        path = str(where / rank_file(rank, CONTEXT_SUFFIX))
+        path = where + rank_file(rank, CONTEXT_SUFFIX)
         self.memory.contexts[path] = (rank, context_from_data(expanded.context, path, rank))
         if expanded.stacks is not None:
-            path = str(where / rank_file(rank, STACKS_SUFFIX))
+            path = where + rank_file(rank, STACKS_SUFFIX)
             self.memory.stacks[path] = stacks_from_text(expanded.stacks)
             self._rank_of[path] = rank
 
     def run(self, gone: list[int], silent: dict[int, dict], digest_only: list[int]) -> Any:
-        """The analyzer's ``Summary`` of the folder's dumps and the digests added."""
+        """The analyzer's ``Summary`` of the folder's dumps and the digests added, for its findings
+        (no per-rank rows or straggler statistics: the reports come from the summary after the
+        full dumps)."""
         from lightning_ncclx.analysis import analyze
         from lightning_ncclx.analysis.model import RankContext, RankTrace
 
@@ -79,7 +85,7 @@ class FirstDiagnosis:
         loaded = replace(loaded, traces=tuple(traces), contexts={**loaded.contexts, **contexts},
                          stacks={**loaded.stacks, **stacks}, activities={**loaded.activities, **activities},
                          gone_ranks=tuple(gone), silent_ranks=silent, digest_only_ranks=tuple(digest_only))
-        return analyze(loaded)
+        return analyze(loaded, for_reports=False)  # read for its findings only
 
     def final_loaded(self, digest_only: Sequence[int], read_folders: Sequence[Path]) -> Any:
         """The event folder as :func:`~lightning_ncclx.analysis.load.load_folder` reads it once

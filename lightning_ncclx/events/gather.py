@@ -16,6 +16,7 @@ import json
 import logging
 import shutil
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -54,35 +55,131 @@ def run_analyzer(folder: Path, extra_roots: tuple[Path, ...], rank: int,
                  loaded: Any = None) -> tuple[Any | None, dict[str, str], str | None]:
     """Summary object, report paths and text; (None, {}, None) when the analyzer fails.
     ``loaded``: the folder as already read (a two-phase gather's); None reads it."""
-    try:
-        from lightning_ncclx.analysis import analyze, analyze_folder
-    except Exception:  # noqa: BLE001
-        log.error("[rank %d] the analyzer could not be imported; dumps kept in %s", rank, folder, exc_info=True)
-        return None, {}, None
-    try:
-        summary = analyze(loaded) if loaded is not None else analyze_folder(folder, extra_roots=extra_roots)
-    except DumpReadError as error:  # the event folder could not be made: said once, without a traceback
-        log.error("[rank %d] nothing to summarize: %s", rank, error)
-        return None, {}, None
-    except Exception:  # noqa: BLE001
-        log.error("[rank %d] analyzing %s failed; the dumps stay there", rank, folder, exc_info=True)
+    summary = analyze_loaded(folder, extra_roots, rank, loaded)
+    if summary is None:
         return None, {}, None
     reports, text = write_summary_reports(summary, folder, rank)
     return summary, reports, text
 
 
+def analyze_loaded(folder: Path, extra_roots: tuple[Path, ...], rank: int, loaded: Any = None) -> Any | None:
+    """The analyzer's summary of the event (``loaded``: as already read; None reads ``folder``),
+    no report written; None when the analyzer fails (logged)."""
+    try:
+        from lightning_ncclx.analysis import analyze, analyze_folder
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] the analyzer could not be imported; dumps kept in %s", rank, folder, exc_info=True)
+        return None
+    try:
+        return analyze(loaded) if loaded is not None else analyze_folder(folder, extra_roots=extra_roots)
+    except DumpReadError as error:  # the event folder could not be made: said once, without a traceback
+        log.error("[rank %d] nothing to summarize: %s", rank, error)
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] analyzing %s failed; the dumps stay there", rank, folder, exc_info=True)
+    return None
+
+
 def write_summary_reports(summary: Any, folder: Path, rank: int) -> tuple[dict[str, str], str | None]:
     """``summary.{json,txt,html,md}`` of ``summary`` in ``folder`` and its text; logged, never raised."""
+    reports = write_first_answer(summary, folder, rank)
+    rest, text = write_other_reports(summary, folder, rank)
+    return {**reports, **rest}, text
+
+
+def write_first_answer(summary: Any, folder: Path, rank: int) -> dict[str, str]:
+    """``summary.json`` (the kind, culprits, headline, advice); logged, never raised."""
+    try:
+        from lightning_ncclx.report import write_first
+
+        return {"json": str(write_first(summary, folder))}
+    except Exception:  # noqa: BLE001
+        log.error("[rank %d] writing summary.json into %s failed", rank, folder, exc_info=True)
+        return {}
+
+
+def write_other_reports(summary: Any, folder: Path, rank: int) -> tuple[dict[str, str], str | None]:
+    """The reports after ``summary.json`` and the summary's text; logged, never raised."""
     reports: dict[str, str] = {}
     text: str | None = None
     try:
-        from lightning_ncclx.report import render_text, write_reports
+        from lightning_ncclx.report import render_text, write_rest
 
-        reports = {kind: str(path) for kind, path in write_reports(summary, folder).items()}
         text = render_text(summary)
+        reports = {kind: str(path) for kind, path in write_rest(summary, folder, text).items()}
     except Exception:  # noqa: BLE001
         log.error("[rank %d] writing the summary reports into %s failed", rank, folder, exc_info=True)
     return reports, text
+
+
+class ReportsWriter:
+    """The reports after ``summary.json`` and the expanded digests' files, written by a thread
+    of their own once the first answer is on disk, so that neither holds up the event's close,
+    its outcome or the exit agreement. A plain (non-daemon) thread: an interpreter that ends
+    normally waits for it; a process that ends with ``os._exit`` calls :func:`wait_for_reports`
+    first. When done, the summary's text is logged as the summarizing rank's answer."""
+
+    def __init__(self, result: CollectionResult, summary: Any) -> None:
+        self.result, self.summary = result, summary
+        self.reports: dict[str, str] = {}
+        self.text: str | None = None
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="ncclx-reports")
+        with _PENDING_LOCK:
+            _PENDING.add(self)
+        self._thread.start()
+
+    def _run(self) -> None:
+        result, rank = self.result, self.result.event.initiator
+        started = time.monotonic()
+        try:
+            if self.summary is not None:
+                self.reports, self.text = write_other_reports(self.summary, result.folder, rank)
+                if self.text:
+                    log.warning("\n".join(f"[rank {rank}] {line}" for line in self.text.splitlines()))
+            finish_digest_files(result)
+            shutil.rmtree(result.folder / INCOMING_FOLDER, ignore_errors=True)
+        except Exception:  # noqa: BLE001 - never raised into the watchdog
+            log.error("[rank %d] writing the reports of %s failed", rank, result.event.name, exc_info=True)
+        finally:
+            self.seconds = time.monotonic() - started
+            with _PENDING_LOCK:
+                _PENDING.discard(self)
+
+    def join(self, timeout_seconds: float | None = None) -> bool:
+        """Wait for the thread (at most ``timeout_seconds``); True once it is done."""
+        self._thread.join(timeout_seconds)
+        return not self._thread.is_alive()
+
+
+_PENDING: set[ReportsWriter] = set()
+_PENDING_LOCK = threading.Lock()
+REPORTS_WAIT_SECONDS = 120.0
+"""How long a process about to end waits for its event's reports (:func:`wait_for_reports`)."""
+
+
+def finish_reports(result: CollectionResult, timeout_seconds: float | None = None) -> None:
+    """Wait for ``result``'s reports after ``summary.json`` (see :class:`ReportsWriter`); then
+    ``result.reports`` names every report and ``result.text`` holds the summary's text."""
+    writer = result.reports_writer
+    if writer is None or not writer.join(timeout_seconds):
+        return
+    result.reports_writer = None
+    result.reports = {**result.reports, **writer.reports}
+    result.text = writer.text if writer.text is not None else result.text
+    result.timings["reports"] = writer.seconds
+
+
+def wait_for_reports(timeout_seconds: float = REPORTS_WAIT_SECONDS) -> None:
+    """Before this process ends: wait for every event's reports still being written (at most
+    ``timeout_seconds`` in all). Never raises."""
+    deadline = time.monotonic() + timeout_seconds
+    with _PENDING_LOCK:
+        pending = list(_PENDING)
+    for writer in pending:
+        if not writer.join(max(0.0, deadline - time.monotonic())):
+            log.warning("the reports of %s are still being written after %.0f s; ending without them",
+                        writer.result.event.name, timeout_seconds)
+            return
 
 
 def _wait(coordinator: EventCoordinator, event: EventMeta, timeout_seconds: float,
@@ -126,6 +223,7 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
         log.error("[rank %d] gathering the dumps of %s failed; summarizing what is here", rank, event.name,
                   exc_info=True)
     result.refused = coordinator.refused[:] + result.refused
+    summary = None
     try:
         write_collection(result)
         extra_roots = tuple(sorted({Path(p) for p in result.gathered.values()}))
@@ -134,13 +232,15 @@ def gather_and_summarize(coordinator: EventCoordinator, event: EventMeta, folder
         if loaded is None:  # the summary reads every file: they must be in place
             finish_digest_files(result)
             shutil.rmtree(folder / INCOMING_FOLDER, ignore_errors=True)
-        summary, result.reports, result.text = run_analyzer(folder, extra_roots, rank, loaded)
+        summary = analyze_loaded(folder, extra_roots, rank, loaded)
         del loaded
+        if summary is not None:
+            result.reports = write_first_answer(summary, folder, rank)
         result.timings["summary"] = time.monotonic() - started
     finally:
         result.in_memory = None
-        finish_digest_files(result)  # after summary.json: the summary did not need them
-        shutil.rmtree(folder / INCOMING_FOLDER, ignore_errors=True)
+        # the other reports and the digests' files (the summary did not need them): after summary.json
+        result.reports_writer = ReportsWriter(result, summary)
     if summary is not None:
         result.summary = summary
         # with no dump read there is nothing to judge: no verdict (the analyzer's "no_hang" would mislead)
@@ -280,6 +380,7 @@ def record_recovery(result: CollectionResult, recovery: dict[str, Any]) -> None:
     """The event recovered: ``collection.json`` and the summary reports say so, written again
     from the summary in memory (no second analysis). The analyzer reads the recovery from
     ``collection.json``, so an offline ``summarize`` of the folder says it too."""
+    finish_reports(result)  # the reports below replace them: not while they are still being written
     result.recovery = recovery
     write_collection(result)
     if result.summary is None:
@@ -291,5 +392,5 @@ def record_recovery(result: CollectionResult, recovery: dict[str, Any]) -> None:
     result.reports, result.text = write_summary_reports(summary, result.folder, result.event.initiator)
 
 
-__all__ = ["Announcement", "BadValue", "CollectionResult", "collection_document", "gather_and_summarize",
-           "gather_missing", "record_recovery"]
+__all__ = ["Announcement", "BadValue", "CollectionResult", "ReportsWriter", "collection_document", "finish_reports",
+           "gather_and_summarize", "gather_missing", "record_recovery", "wait_for_reports"]

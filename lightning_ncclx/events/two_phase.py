@@ -1,10 +1,12 @@
 """The two-phase gather on the initiator: every rank's digest first, then the full dumps of the
 smaller side of the first diagnosis and a few peers.
 
-1. The digests (:mod:`lightning_ncclx.dump.digest`, inside each announcement) are expanded into
-   dump files under ``ranks/<host>/``: written into ``.incoming/`` by a thread of their own
-   while the first diagnosis runs, then each host's folder moved into place at once (one rename,
-   not a replace per file: 16,384 ranks make 49,152 files). A ``pg_config`` membership is
+1. The digests (:mod:`lightning_ncclx.dump.digest`, inside each announcement) are expanded, and
+   read by the first diagnosis and the summary from memory; their dump files under
+   ``ranks/<host>/`` are written after ``summary.json`` (from the reports' thread, see
+   :class:`~lightning_ncclx.events.gather.ReportsWriter`): into ``.incoming/``, then each host's
+   folder moved into place at once (one rename, not a replace per file: 16,384 ranks make 49,152
+   files). A ``pg_config`` membership is
    written into ``DECLARATIONS_KEPT`` files at most.
 2. The first diagnosis (:mod:`first_diagnosis`, in memory); :func:`ranks_to_pull` picks the
    smaller side.
@@ -18,13 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import shutil
 import threading
 import time
 from pathlib import Path
 
-from lightning_ncclx.dump.digest_expand import DigestError, Runs, expand
+from lightning_ncclx.dump.digest_expand import DigestError, Expanded, Runs, expand
 from lightning_ncclx.events.collection import CollectionResult
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.first_diagnosis import FirstDiagnosis
@@ -56,30 +57,30 @@ class _Declarations:
 
 
 class _StagedWriter:
-    """Writes expanded digests under ``.incoming/digests/<host>/`` from a thread of its own, so
-    the disk works while the first diagnosis runs (16,384 ranks write 49,152 files); then moves
-    each host's folder into place. A file that cannot be written is logged and left out."""
+    """Holds the expanded digests and, once :meth:`finish` is called (after ``summary.json``, from
+    the reports' thread: the summary reads them from memory), writes them under
+    ``.incoming/digests/<host>/`` (16,384 ranks make 49,152 files) and moves each host's folder
+    into place. A file that cannot be written is logged and left out."""
 
     def __init__(self, staging: str) -> None:
         self.staging = staging
         self.failed = 0
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="ncclx-digest-writer", daemon=True)
-        self._thread.start()
+        self._held: list[tuple[str, Expanded]] = []
+        self._lock = threading.Lock()
 
-    def put(self, host: str, files: dict[str, bytes]) -> None:
-        self._queue.put((host, files))
+    def put(self, host: str, expanded: Expanded) -> None:
+        self._held.append((host, expanded))
 
-    def _run(self) -> None:
+    def _write(self) -> None:
         made: set[str] = set()
-        while (item := self._queue.get()) is not None:
-            host, files = item
+        held, self._held = self._held, []
+        for host, expanded in held:
             folder = os.path.join(self.staging, host)
             try:
                 if folder not in made:
                     os.makedirs(folder, exist_ok=True)
                     made.add(folder)
-                for name, data in files.items():
+                for name, data in expanded.files().items():
                     with open(os.path.join(folder, name), "wb") as handle:
                         handle.write(data)
             except OSError:
@@ -88,10 +89,9 @@ class _StagedWriter:
                     log.warning("writing an expanded digest into %s failed", folder, exc_info=True)
 
     def finish(self, gathered: Path) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-        _move_into_place(Path(self.staging), gathered)
+        with self._lock:
+            self._write()
+            _move_into_place(Path(self.staging), gathered)
 
 
 def expand_digests(coordinator: EventCoordinator, result: CollectionResult, writer: _StagedWriter,
@@ -109,7 +109,7 @@ def expand_digests(coordinator: EventCoordinator, result: CollectionResult, writ
         except DigestError as error:
             result.refused.append(f"rank {rank}'s digest: {error}")
             continue
-        writer.put(announcement.host, digest.files())
+        writer.put(announcement.host, digest)
         if first is not None:
             first.add(digest, announcement.host)
         result.gathered[rank] = str(target_folder(result.folder, announcement))

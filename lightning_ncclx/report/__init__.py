@@ -71,12 +71,13 @@ def write_first(summary: Summary, folder: str | os.PathLike) -> Path:
     return atomic_write_text(folder / "summary.json", render_json(summary, incident, RANK_DETAIL_FILE))
 
 
-def write_rest(summary: Summary, folder: str | os.PathLike) -> dict[str, Path]:
+def write_rest(summary: Summary, folder: str | os.PathLike, text: str | None = None) -> dict[str, Path]:
     """The reports after ``summary.json``: ``summary.txt``, ``summary.html``, then the per-rank
-    detail (``summary-ranks.json``, the slowest); returns format -> path."""
+    detail (``summary-ranks.json``, the slowest); returns format -> path. ``text``: what
+    :func:`render_text` gives for ``summary``, where the caller has it already."""
     folder = Path(folder)
     return {
-        "text": atomic_write_text(folder / "summary.txt", render_text(summary)),
+        "text": atomic_write_text(folder / "summary.txt", render_text(summary) if text is None else text),
         "html": atomic_write_text(folder / "summary.html", render_html(summary)),
         "ranks": atomic_write_text(folder / RANK_DETAIL_FILE, render_rank_detail(summary)),
     }

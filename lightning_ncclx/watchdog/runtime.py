@@ -30,7 +30,7 @@ from lightning_ncclx.dump.writer import format_stacks
 from lightning_ncclx.events.connection import StoreAddress, StoreClient, StoreUnavailable, release_client, shared_client
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.doorbell import Doorbell
-from lightning_ncclx.events.gather import CollectionResult, gather_and_summarize
+from lightning_ncclx.events.gather import CollectionResult, gather_and_summarize, wait_for_reports
 from lightning_ncclx.events.liveness import this_process
 from lightning_ncclx.events.wire import EventMeta
 from lightning_ncclx.watchdog.activity import main_thread_phase
@@ -551,6 +551,7 @@ class WatchdogRuntime:
         self._stop.set()
         self.drain_alerts()  # before leaving: the others' exit (and a launcher's kill) follows that
         self.leave(event)
+        wait_for_reports()  # the reports after summary.json, written while the others left
         self._exit_fn(exit_code)
 
     def alert(self, action: str, opened: Any, *, exit_code: int | None = None, lasted_seconds: float = 0.0) -> None:
