@@ -424,15 +424,22 @@ class EventCoordinator:
         poll_seconds = roster_poll_seconds(self.world_size) if poll_seconds is None else poll_seconds
         deadline = self._clock() + timeout_seconds
         next_liveness = self._clock() + 0.5
+        leaving: set[int] = set()
         while self._clock() < deadline:
             leaving = set(self.roster(event, "leaving"))
             if len(leaving) >= self.world_size:
-                break
+                return
             if self._clock() >= next_liveness:  # an exited process says nothing: not waited for
                 next_liveness = self._clock() + 0.5
-                if len(leaving | self.local.gone_now() | self.gone_ranks(event)) >= self.world_size:
-                    break
+                gone = (self.local.gone_now() | self.gone_ranks(event)) - leaving
+                if len(leaving | gone) >= self.world_size:
+                    log.info("[rank %d] %s: not waiting for rank(s) %s to leave: their process is gone", self.rank,
+                             event.name, sorted(gone))
+                    return
             self._sleep(poll_seconds)
+        missing = sorted(set(range(self.world_size)) - leaving)
+        log.warning("[rank %d] %s: rank(s) %s did not say they leave within %.0f s: leaving without them", self.rank,
+                    event.name, missing[:16], timeout_seconds)
 
     # ------------------------------------------------------------------ processes that are gone
     def register_process(self, me: ProcessInfo | None) -> None:
@@ -448,6 +455,18 @@ class EventCoordinator:
     def check_local_peers(self, event: EventMeta) -> set[int]:
         """Ranks of this host whose process is gone (newly found ones are reported to all)."""
         return self.local.report_gone(event.number)
+
+    def local_process_gone(self, rank: int) -> bool:
+        """``rank``'s process is on this host (this scope) and gone: exited, or a zombie."""
+        return self.local.rank_gone(rank)
+
+    def announce_initiator_gone(self, event: EventMeta) -> None:
+        """A rank of the initiator's host found its process gone: the gone ranks say so to every
+        rank, and every bell rings (the initiator may have died between writing the outcome and
+        ringing), so no rank waits for an answer that cannot come."""
+        self.local.report_gone(event.number)
+        if self.rings_doorbells:
+            self._ring_all(event, "outcome")
 
     def gone_ranks(self, event: EventMeta) -> set[int]:
         """Every rank some rank of its host reported gone during ``event``."""

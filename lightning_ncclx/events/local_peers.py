@@ -100,12 +100,19 @@ class LocalPeers:
         return out
 
     def gone_now(self) -> set[int]:
-        gone = {r for r, info in self.peers().items() if is_gone(info)}
-        for r in gone - set(self.exits):
-            status = wait_status_of(self.peers()[r])
+        return {r for r in list(self.peers()) if self.rank_gone(r)}
+
+    def rank_gone(self, rank: int) -> bool:
+        """True when ``rank``'s process is in this scope and gone (exited, or a zombie its parent
+        has not reaped); any doubt, or a rank of another scope, reads as alive."""
+        info = self.peers().get(rank)
+        if info is None or not is_gone(info):
+            return False
+        if rank not in self.exits:
+            status = wait_status_of(info)
             if status is not None:
-                self.exits[r] = status
-        return gone
+                self.exits[rank] = status
+        return True
 
     def report_gone(self, event_number: int) -> set[int]:
         """:meth:`gone_now`, the ones not reported yet appended to ``ev/<n>/gone`` for every rank."""

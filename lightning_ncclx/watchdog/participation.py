@@ -46,6 +46,9 @@ never says how the event ended before it decides alone (it must be stuck past it
 RANKS_PER_EXTRA_SECOND = 256
 """Waits grow with the job: one more second per this many ranks (the store serves them in turn)."""
 MAX_FOLLOW_GAP_SECONDS = 30.0
+INITIATOR_CHECK_SECONDS = 1.0
+"""How often a rank waiting for an exit order looks whether the initiator's process on its host is
+gone (``/proc``, no store call)."""
 
 
 def scaled(seconds: float, world_size: int) -> float:
@@ -83,6 +86,11 @@ class OpenEvent:
     """The event counts against this rank's ``max_dumps_per_run`` (this rank detected the stall)."""
     next_check: float = 0.0
     checks: int = 0
+    initiator_gone: bool = False
+    """The initiator's process is known gone: the outcome it wrote (if any) is read without waiting
+    for its bell, and without one this rank decides alone once it is stuck past its own threshold."""
+    read_after_gone: bool = False
+    next_gone_check: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -314,15 +322,19 @@ class EventParticipation:
         if opened.initiator:
             self._decide(opened)
             return
-        waiting_to_leave = opened.exit_order is not None or (opened.exit_job and rt.clock() >= opened.give_up_at)
-        if not self._due(opened, rung) and not waiting_to_leave:
+        due = self._due(opened, rung)
+        waiting_to_leave = opened.exit_order is not None or (opened.exit_job and (
+            rt.clock() >= opened.give_up_at or self._initiator_gone(opened, read_store=False)))
+        if not due and not waiting_to_leave:
             return
         if opened.awaiting_want:
             self._serve_want(opened)
         if not opened.pending:
             self.open.pop(opened.event.number, None)
             return
-        if opened.exit_order is None:
+        read_already = opened.initiator_gone and opened.read_after_gone  # a dead initiator writes nothing more
+        if opened.exit_order is None and (due or not read_already):
+            opened.read_after_gone = opened.initiator_gone
             outcome = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
             if outcome is not None and outcome.recovered:
                 if opened.may_recover and opened.moved_reported:
@@ -333,7 +345,32 @@ class EventParticipation:
                                       f"{opened.event.reason} event")
                 outcome = None
             opened.exit_order = outcome
+            if outcome is None and opened.exit_job and due:
+                self._initiator_gone(opened, read_store=True)
         self._maybe_exit(opened)
+
+    def _initiator_gone(self, opened: OpenEvent, *, read_store: bool) -> bool:
+        """Whether the initiator's process is known gone: on this host through ``/proc`` (every
+        ``INITIATOR_CHECK_SECONDS``), or, with ``read_store``, as the event's gone ranks say (a
+        rank of its host reported it). The first rank to see it locally tells every rank."""
+        if opened.initiator_gone:
+            return True
+        rt, rank = self.rt, opened.event.initiator
+        if not read_store and rt.clock() < opened.next_gone_check:
+            return False
+        opened.next_gone_check = rt.clock() + INITIATOR_CHECK_SECONDS
+        try:
+            here = rt.coordinator.local_process_gone(rank)
+            if not here and not (read_store and rank in rt.coordinator.gone_ranks(opened.event)):
+                return False
+            opened.initiator_gone = True
+            log.warning("[rank %d] %s: the process of the summarizing rank %d is gone: reading how the event ended "
+                        "now instead of waiting for its word", rt.rank, opened.event.name, rank)
+            if here:
+                rt.coordinator.announce_initiator_gone(opened.event)
+        except Exception:  # noqa: BLE001 - without liveness, wait for the initiator as before
+            log.debug("checking the initiator's process failed", exc_info=True)
+        return opened.initiator_gone
 
     def _serve_want(self, opened: OpenEvent) -> None:
         rt = self.rt
@@ -439,11 +476,16 @@ class EventParticipation:
                             opened.event.name, order.code, stuck_for, bar, rt.config.consensus.multiplier)
             return
         if order is None:
-            if rt.clock() < opened.give_up_at:
+            if rt.clock() < opened.give_up_at and not opened.initiator_gone:
                 return
             code = rt.config.exit_code
-            log.error("[rank %d] %s: the summarizing rank never said how the event ended; this rank is stuck for "
-                      "%.1f s: leaving with %d", rt.rank, opened.event.name, stuck_for, code)
+            if opened.initiator_gone:
+                log.error("[rank %d] %s: the summarizing rank %d is gone without saying how the event ended; this "
+                          "rank is stuck for %.1f s: leaving with %d", rt.rank, opened.event.name,
+                          opened.event.initiator, stuck_for, code)
+            else:
+                log.error("[rank %d] %s: the summarizing rank never said how the event ended; this rank is stuck "
+                          "for %.1f s: leaving with %d", rt.rank, opened.event.name, stuck_for, code)
         else:
             latest = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
             order = latest if latest is not None and latest.exit else order  # the initiator's last word

@@ -549,6 +549,8 @@ class WatchdogRuntime:
         log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name, exit_code)
         self._exiting.set()
         self._stop.set()
+        if event.initiator != self.rank and self.alerts is not None:  # its sender may have died since the last look
+            self.alerts.take_over(self.dump_dir / event.name, event.number)
         self.drain_alerts()  # before leaving: the others' exit (and a launcher's kill) follows that
         self.leave(event)
         wait_for_reports()  # the reports after summary.json, written while the others left
