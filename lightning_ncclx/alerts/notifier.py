@@ -170,18 +170,21 @@ class AlertNotifier:
         return lambda: board.finish(number, held)
 
     def watch_claim(self, folder: Path, *, number: int, event: str, reason: str, initiator: int,
-                    confirmed_at: float, still_confirmed: Callable[[], bool] = lambda: True) -> bool:
+                    confirmed_at: float, still_confirmed: Callable[[], bool] = lambda: True,
+                    read_now: bool = True) -> bool:
         """A rank that follows an event its own heartbeat confirmed (at ``confirmed_at``,
         monotonic): send its trigger when the rank that holds the job-wide claim is gone (see
         :mod:`~lightning_ncclx.alerts.claim`); True when this rank took it over. Never raises.
-        ``still_confirmed``: False once this rank moved past the event (:meth:`settle_claims`)."""
+        ``still_confirmed``: False once this rank moved past the event (:meth:`settle_claims`);
+        ``read_now`` False: only noted, for :meth:`settle_claims` (not confirmed here yet: an exit
+        order may end this process before)."""
         board = self.claims
         if board is None or number in self._claimed or self.rank not in watchers(initiator, board.world_size):
             return False
         self._watching[number] = (dict(folder=folder, number=number, event=event, reason=reason, initiator=initiator,
                                        confirmed_at=confirmed_at), still_confirmed)
         path = alert_path(folder, "trigger")
-        if str(path) in self._sending:
+        if str(path) in self._sending or not read_now:
             return False
         try:
             held = board.watch(number, event, confirmed_at, self.takeover_hold_seconds,
@@ -189,9 +192,9 @@ class AlertNotifier:
             if held is None or held.document is None:
                 return False
             self._claimed.add(number)
-            log.warning("[rank %d] the trigger alert of %s was held by rank %d, gone (its claim unchanged for %g s): "
-                        "sending it (claim generation %d)", self.rank, event, initiator, self.takeover_hold_seconds,
-                        held.generation)
+            log.warning("[rank %d] the trigger alert of %s (summarized by rank %d) has a holder that is gone (its claim "
+                        "unchanged for %g s): sending it (claim generation %d)", self.rank, event, initiator,
+                        self.takeover_hold_seconds, held.generation)
             folder.mkdir(parents=True, exist_ok=True)
             self._start(path, held.document, on_done=self._finisher(number, held))
             return True

@@ -611,12 +611,11 @@ class WatchdogRuntime:
             if self.heartbeat.last.seq != opened.beat_seq:
                 return  # moving on: not a confirmed hang from here
             confirmed_at += min(notifier.config.confirm_seconds, self.heartbeat.threshold(Phase.train_step))
-            if self.clock() < confirmed_at:
-                return
         notifier.watch_claim(self.dump_dir / event.name, number=event.number, event=event.name,
                              reason=event.reason, initiator=event.initiator, confirmed_at=confirmed_at,
                              still_confirmed=lambda: event.reason == "exception"
-                             or self.heartbeat.last.seq == opened.beat_seq)
+                             or self.heartbeat.last.seq == opened.beat_seq,
+                             read_now=self.clock() >= confirmed_at)
 
     def drain_alerts(self) -> None:
         """Before this process ends: wait for alerts being sent, at most ``ncclx.alerts.deadline_seconds``."""

@@ -89,7 +89,7 @@ def _one_trigger_from_another_host(result: harness.JobResult, server: Any, kille
     assert hook["body"]["culprit_ranks"] == [1], hook["body"]
     assert hook["idempotency_key"] == hook["body"]["alert_id"]
     assert pds[0]["body"]["dedup_key"] == hook["body"]["dedup_key"]
-    assert result.log.count("gone (its claim unchanged") == 1, result.log[-8000:]
+    assert result.log.count("is gone (its claim unchanged") == 1, result.log[-8000:]
     kept = json.loads((events[0] / "alert-trigger.json").read_text())
     senders = {entry["sender"]["rank"] for entry in kept["sinks"].values()}
     assert len(senders) == 1 and killed not in senders, (kept, killed)
