@@ -362,6 +362,22 @@ def _missing(summary: Summary, head: Finding) -> Classification:
         RestartAction.restart, "nothing points at the program; a restart is the cheap test")
 
 
+def _raised_without_hang(summary: Summary, raised: dict[str, str]) -> Classification:
+    """A rank raised and no rank waits for another: an exception, not a hang, and not the end of
+    training (the raising rank's phase reads idle once its exception is being handled)."""
+    rank, text = next(iter(sorted(raised.items(), key=lambda kv: int(kv[0]))))
+    host = summary.hosts.get(int(rank))
+    first_line = text.splitlines()[0][:200] if text.strip() else text
+    reason = (f"rank {rank}{' on ' + host if host else ''} raised an exception ({first_line}) and the dumps agree: "
+              "no rank waits for another")
+    advice = (f"rank {rank}'s log has the traceback",)
+    if any(word in text.lower() for word in _TRANSIENT):
+        return Classification(HangKind.no_hang, reason, advice, RestartAction.restart,
+                              "the exception comes from the GPU, NCCL or the network: a restart may pass")
+    return Classification(HangKind.no_hang, reason, advice, RestartAction.do_not_restart,
+                          "the program raised: a restart raises it again unless the cause was outside it")
+
+
 def _without_finding(summary: Summary) -> Classification:
     rows = [r for r in summary.per_rank if r.rank in set(summary.ranks_seen)]
     if str(summary.context.get("event") or "").startswith("ondemand-"):
@@ -378,6 +394,9 @@ def _without_finding(summary: Summary) -> Classification:
             return _program_stalled(summary, rows, unconfirmed)
         if not finished:
             return _collective_stalled(summary, rows, unconfirmed)
+    raised = {r: e for r, e in (summary.context.get("exceptions") or {}).items() if str(r).isdigit() and e}
+    if raised:
+        return _raised_without_hang(summary, raised)
     if _phases(summary) == {"idle"}:
         return Classification(HangKind.teardown, "training had ended on every rank (phase idle) and the dumps agree",
                               ("look for a barrier or collective after trainer.fit that not every rank reaches",),

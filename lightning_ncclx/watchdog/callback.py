@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,22 @@ from lightning_ncclx.watchdog.loop_phases import LoopPhases
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
 
 log = logging.getLogger(__name__)
+
+
+def _forget_in_lightnings_saved_handlers(trainer: Any, handler: Any) -> None:
+    """After ``on_exception`` Lightning's trainer puts back the signal handlers it saw when the
+    loop started (after ``setup``, so the watchdog's among them), but calls no ``teardown`` hook:
+    the handler just given back would come back for the rest of the process. Where Lightning's
+    table still holds it, it takes what stands now instead."""
+    saved = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+    if not isinstance(saved, dict):
+        return
+    for number, held in list(saved.items()):
+        if held is handler:
+            try:
+                saved[number] = signal.getsignal(number)
+            except (ValueError, TypeError):
+                log.debug("could not read the handler of signal %s", number, exc_info=True)
 
 
 def _global_step(trainer: Any) -> int | None:
@@ -145,6 +162,8 @@ class StallWatchdog(Callback):
         self._stop(unhook=False)
         if runtime is None:
             self._exit_like_the_ranks(exception)
+        else:
+            _forget_in_lightnings_saved_handlers(trainer, runtime.signal_handler)
 
     def _exit_like_the_ranks(self, exception: BaseException) -> None:
         """In the launching process of ``ddp_spawn`` (no rank runs here): when the ranks left with

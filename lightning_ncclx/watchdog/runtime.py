@@ -211,6 +211,11 @@ class WatchdogRuntime:
             log.warning("[rank %d] stopping the native stack timer failed", self.rank, exc_info=True)
 
     @property
+    def signal_handler(self) -> Any:
+        """The on-demand signal's handler object while installed (for launchers that save and restore tables)."""
+        return self._wakeup.handler
+
+    @property
     def running(self) -> bool:
         return self._thread.is_alive() and not self._stop.is_set()
 

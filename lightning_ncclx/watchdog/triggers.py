@@ -68,6 +68,11 @@ class SignalWakeup:
         self._installed_handler = self._handler  # one bound method, so that `is` finds it in Python's table
 
     @property
+    def handler(self) -> Any:
+        """The handler object the watchdog puts in Python's table (the same object for its lifetime)."""
+        return self._installed_handler
+
+    @property
     def delivers_while_blocked(self) -> bool:
         """True when a signal reaches the watchdog thread even while the main thread is blocked."""
         return self._owns_wakeup_fd

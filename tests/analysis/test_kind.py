@@ -122,6 +122,18 @@ def test_a_rank_that_raised_is_lost_and_a_program_exception_is_not_restarted(tmp
     assert classify(analyze_folder(tmp_path)).restart is RestartAction.restart
 
 
+def test_an_exception_where_no_rank_waits_is_that_exception_not_the_end_of_training(tmp_path):
+    """A one-rank fit whose training_step raised: its phase reads idle (the exception is being
+    handled) and its collectives all completed; the verdict names the exception, not teardown."""
+    write(tmp_path, "rank_00000.nccl.fr.pkl", dump(collectives(8, last_state="completed"), {"0": ("default_pg", [0])}))
+    (tmp_path / "rank_00000.context.json").write_text(json.dumps(
+        {"rank": 0, "host": "gpu-0", "world_size": 1, "phase": "idle", "event": "exception-rank0-001",
+         "reason": "exception", "exception": "RuntimeError: boom"}))
+    c = classify(analyze_folder(tmp_path))
+    assert c.kind is HangKind.no_hang and "rank 0 on gpu-0 raised an exception (RuntimeError: boom)" in c.reason
+    assert c.restart is RestartAction.do_not_restart
+
+
 def test_an_on_demand_dump_of_ranks_inside_one_collective_is_no_hang(tmp_path):
     for r in range(3):
         write(tmp_path, f"rank_{r:05d}.nccl.fr.pkl", dump(collectives(8, last_state="started"), GROUPS))

@@ -4,6 +4,7 @@ each Trainer has its own run id and folder, and no empty folder is left behind."
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,11 @@ def test_a_failed_fit_takes_its_variables_back(tmp_path: Path) -> None:
             raise RuntimeError("boom")
 
     before = {k: v for k, v in os.environ.items() if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))}
+    handler_before = signal.getsignal(signal.SIGUSR2)
     trainer = Trainer(strategy="ddp_ncclx", accelerator="cpu", devices=1, max_steps=2, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(Boom(), data())
     assert {k: v for k, v in os.environ.items() if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))} == before
+    # Lightning puts back the handlers it saved after setup, the watchdog's among them: it must not come back
+    assert signal.getsignal(signal.SIGUSR2) is handler_before
