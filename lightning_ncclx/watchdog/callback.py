@@ -27,6 +27,7 @@ from lightning_ncclx.config import AlertsConfig, FlightRecorderConfig, WatchdogC
 from lightning_ncclx.dump.location import resolve_dump_dir
 from lightning_ncclx.dump.p2p_ops import TRACKER as P2P_TRACKER
 from lightning_ncclx.dump.writer import cuda_index
+from lightning_ncclx.watchdog.deferred_signals import signals_held
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 from lightning_ncclx.watchdog.loop_phases import LoopPhases
 from lightning_ncclx.watchdog.runtime import WatchdogRuntime
@@ -158,7 +159,8 @@ class StallWatchdog(Callback):
         runtime = self._runtime
         if runtime is not None:
             runtime.heartbeat.beat(Phase.idle)
-            runtime.on_exception(exception)
+            with signals_held():
+                runtime.on_exception(exception)
         self._stop(unhook=False)
         if runtime is None:
             self._exit_like_the_ranks(exception)
