@@ -63,6 +63,8 @@ class ClaimRecord:
     state: str
     document: dict[str, Any] | None = None
     claim_within_seconds: float = 0.0
+    taken_from: int | None = None
+    """Not in the store: the holder whose stale claim this one replaced (for the alert file)."""
 
     def encode(self) -> bytes:
         value: dict[str, Any] = {"rank": self.rank, "generation": self.generation, "state": self.state}
@@ -201,7 +203,8 @@ class ClaimBoard:
         if generation > MAX_GENERATION:
             return None
         document = effective.document if effective is not None and effective.document else fallback()
-        mine = self._compare_set(key, raw, ClaimRecord(self.rank, generation, "sending", document))
+        mine = self._compare_set(key, raw, ClaimRecord(self.rank, generation, "sending", document,
+                                                       taken_from=effective.rank if effective is not None else None))
         if mine is None:
             seen.since = now  # another rank took it over a moment ago: judged from now on
         return mine

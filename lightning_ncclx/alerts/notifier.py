@@ -196,7 +196,10 @@ class AlertNotifier:
                         "unchanged for %g s): sending it (claim generation %d)", self.rank, event, initiator,
                         self.takeover_hold_seconds, held.generation)
             folder.mkdir(parents=True, exist_ok=True)
-            self._start(path, held.document, on_done=self._finisher(number, held))
+            me = sender_record(self.rank, held.generation)
+            entries = {sink.name: {"settings": sink.settings(), "state": "pending", "sender": me,
+                                   "taken_over_from": held.taken_from} for sink in self.sinks}
+            self._start(path, held.document, entries=entries, on_done=self._finisher(number, held))
             return True
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] watching the alert claim of %s failed", self.rank, event, exc_info=True)

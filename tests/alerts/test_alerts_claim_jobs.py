@@ -93,6 +93,7 @@ def _one_trigger_from_another_host(result: harness.JobResult, server: Any, kille
     kept = json.loads((events[0] / "alert-trigger.json").read_text())
     senders = {entry["sender"]["rank"] for entry in kept["sinks"].values()}
     assert len(senders) == 1 and killed not in senders, (kept, killed)
+    assert {entry.get("taken_over_from") for entry in kept["sinks"].values()} == {killed}, kept
     assert {entry["state"] for entry in kept["sinks"].values()} == {"sent"}
     return hook["body"]
 

@@ -207,4 +207,6 @@ def test_a_sender_sigkilled_as_it_sends_is_taken_over_by_one_other_rank(tmp_path
     senders = {entry["sender"]["rank"] for entry in kept["sinks"].values()}
     assert len(senders) == 1 and killed not in senders, (kept, killed)
     assert {entry["taken_over_from"] for entry in kept["sinks"].values()} == {killed}
-    assert result.log.count("whose process is gone: sending it") == 1, result.log[-6000:]
+    # a rank of its host (its process seen gone) or a watcher of the job-wide claim (left unchanged): one of them
+    takeovers = result.log.count("whose process is gone: sending it") + result.log.count("has a holder that is gone")
+    assert takeovers == 1, result.log[-6000:]
