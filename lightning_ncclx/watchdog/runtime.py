@@ -119,6 +119,9 @@ class WatchdogRuntime:
         self._stop = threading.Event()
         self._exiting = threading.Event()
         """Set once the thread leaves the job with an event's status (``exit_job``)."""
+        self._leaving_for: int | None = None
+        """The number of the event whose status this rank leaves the job with: confirmed here,
+        whatever its heartbeat does next (a peer's death makes the main thread raise, which beats)."""
         self._signal_requested = False
         self._wakeup = SignalWakeup(config.on_demand_signal)
         self._native = NativeStackTimer(self.dump_dir, self.rank)
@@ -552,6 +555,7 @@ class WatchdogRuntime:
 
     def exit_job(self, event: EventMeta, exit_code: int) -> None:
         log.error("[rank %d] %s: on_stall=dump_and_exit, exiting with code %d", self.rank, event.name, exit_code)
+        self._leaving_for = event.number
         self._exiting.set()
         self._stop.set()
         if event.initiator != self.rank and self.alerts is not None:  # its sender may have died since the last look
@@ -619,7 +623,7 @@ class WatchdogRuntime:
         notifier.watch_claim(self.dump_dir / event.name, number=event.number, event=event.name,
                              reason=event.reason, initiator=event.initiator, confirmed_at=confirmed_at,
                              still_confirmed=lambda: event.reason == "exception"
-                             or self.heartbeat.last.seq == opened.beat_seq,
+                             or self.heartbeat.last.seq == opened.beat_seq or self._leaving_for == event.number,
                              read_now=self.clock() >= confirmed_at)
 
     def drain_alerts(self) -> None:
