@@ -15,10 +15,10 @@ demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
 # Two pytest workers: the real jobs mostly wait on their ranks' steps, so two run side by side on
-# 2 cores; the jobs that start many processes at once size themselves by free memory. loadgroup:
-# the tests of one shared job fixture run on one worker (tests/conftest.py), which runs it once.
+# 2 cores; the jobs that start many processes at once size themselves by free memory. The shared
+# gloo dumps are made once per run by whichever worker asks first (tests/analysis/conftest.py).
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 2 tests
 
 # Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
 test-fast: $(VENV)/.installed

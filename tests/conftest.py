@@ -1,8 +1,6 @@
 """Test-wide hygiene: every test gets back the environment it started with, and no process group
 survives a test. Every test that runs a real multi-process job is marked ``jobs`` here (the rule:
-``job_tests.py``), so ``pytest -m "not jobs"`` runs the rest. The tests that read the real gloo
-dumps of ``analysis/conftest.py`` share one xdist group, so that under ``--dist loadgroup`` (as
-``make test`` runs) one worker makes those dumps, not each."""
+``job_tests.py``), so ``pytest -m "not jobs"`` runs the rest."""
 
 from __future__ import annotations
 
@@ -17,18 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from job_tests import is_job  # noqa: E402
 
 
-SHARED_JOB_FIXTURES = ("gloo_dumps",)
-"""Session fixtures that run real jobs: the tests using one form an xdist group of that name."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if is_job(item):
             item.add_marker(pytest.mark.jobs)
-        for name in SHARED_JOB_FIXTURES:
-            if name in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(name))
 
 
 def _destroy_default_group() -> None:

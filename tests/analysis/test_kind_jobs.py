@@ -15,15 +15,6 @@ from lightning_ncclx.config import WatchdogConfig, exit_code_for
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def gloo_dumps(tmp_path_factory) -> dict[str, Path]:
-    """Only the scenarios these tests read (the session fixture runs all ten)."""
-    from gloo_jobs import run_jobs
-
-    root = tmp_path_factory.mktemp("kind")
-    return run_jobs({s: root / s for s in ("healthy", "skip", "size", "outside")}, timeout_s=240.0)
-
-
 @pytest.mark.parametrize(("scenario", "kind", "restart"), [
     ("healthy", "no_hang", "restart"),
     ("skip", "program_divergence", "do_not_restart"),
