@@ -191,6 +191,8 @@ def test_analyzer_failure_is_logged_and_dumps_stay(tmp_path: Path, monkeypatch, 
     monkeypatch.setattr(builtins, "__import__", failing_import)
     result = gather_and_summarize(r0, event, folder, dump_dir=tmp_path, collect_timeout_seconds=1.0,
                                   gather_through_store=True)
+    if result.reports_writer is not None:
+        assert result.reports_writer.join(60.0)
     assert result.verdict is None and (folder / "rank_00000.context.json").exists()
     assert json.loads((folder / "collection.json").read_text())["dumped_ranks"] == [0]
     assert "could not be imported" in caplog.text

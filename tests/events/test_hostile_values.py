@@ -136,8 +136,11 @@ def _summarize(initiator: EventCoordinator, event: EventMeta, dump_dir: Path):
     folder = dump_dir / event.name
     files_of(folder, initiator.rank)
     initiator.announce(event, Announcement(initiator.rank, "node-0", (), str(folder)))
-    return gather_and_summarize(initiator, event, folder, dump_dir=dump_dir, collect_timeout_seconds=2.0,
-                                gather_through_store=True)
+    result = gather_and_summarize(initiator, event, folder, dump_dir=dump_dir, collect_timeout_seconds=2.0,
+                                  gather_through_store=True)
+    if result.reports_writer is not None:  # the reports after summary.json come from a thread: the folder settles
+        assert result.reports_writer.join(60.0)
+    return result
 
 
 @pytest.mark.parametrize("raw", NOT_AN_OBJECT + ['{"rank": 2, "host": "..", "files": [], "folder": ""}',

@@ -30,8 +30,10 @@ def _event(initiator: EventCoordinator, dump_dir: Path) -> dict:
     folder.mkdir(parents=True)
     (folder / "rank_00000.context.json").write_text(json.dumps({"rank": 0}))
     initiator.announce(event, Announcement(0, "node-0", ("rank_00000.context.json",), str(folder)))
-    gather_and_summarize(initiator, event, folder, dump_dir=dump_dir, collect_timeout_seconds=1.0,
-                         gather_through_store=True)
+    result = gather_and_summarize(initiator, event, folder, dump_dir=dump_dir, collect_timeout_seconds=1.0,
+                                  gather_through_store=True)
+    if result.reports_writer is not None:
+        assert result.reports_writer.join(60.0)
     return json.loads((folder / "collection.json").read_text())
 
 
