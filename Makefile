@@ -17,8 +17,10 @@ demo: $(VENV)/.installed
 # Two pytest workers: the real jobs mostly wait on their ranks' steps, so two run side by side on
 # 2 cores; the jobs that start many processes at once size themselves by free memory. The shared
 # gloo dumps are made once per run by whichever worker asks first (tests/analysis/conftest.py).
+# tests/conftest.py puts the real jobs first, the longest allowed first; `worksteal` lets a
+# worker that runs out take half of the other's queue, so the run ends on short tests.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --dist worksteal tests
 
 # Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
 test-fast: $(VENV)/.installed

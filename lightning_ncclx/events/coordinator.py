@@ -53,7 +53,7 @@ from typing import Callable
 from lightning_ncclx.events.connection import StoreClient
 from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.keys import (
-    gone_key, meta_key, outcome_key, rank_key, roster_key, want_key,
+    gone_key, meta_key, outcome_key, pulse_key, rank_key, roster_key, want_key,
 )
 from lightning_ncclx.events.liveness import ProcessInfo
 from lightning_ncclx.events.local_peers import LocalPeers
@@ -63,6 +63,8 @@ from lightning_ncclx.events.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+MAX_PULSE_BYTES = 64
 
 MAX_SKIPPED_PER_CALL = 64
 """Event numbers a call looks past (closed, stale or planted) before it gives up until the next."""
@@ -390,6 +392,16 @@ class EventCoordinator:
             self.refuse(error)
             return None
 
+    def set_pulse(self, event: EventMeta, count: int) -> None:
+        """The initiator's sign of life for ``event`` (see :func:`~lightning_ncclx.events.keys.pulse_key`)."""
+        self.client.set(pulse_key(event.number), str(count))
+
+    def pulse(self, event: EventMeta) -> bytes | None:
+        """The initiator's latest sign of life, as raw bytes (only compared, never parsed: a value
+        another client wrote there can delay a judgement, never make one), at most ``MAX_PULSE_BYTES``."""
+        raw = self.client.read(pulse_key(event.number))
+        return None if raw is None else raw[:MAX_PULSE_BYTES]
+
     def close(self, event: EventMeta, announced: dict[int, Announcement], blobs_from: list[int]) -> None:
         """Initiator, once the summary is written: mark the event closed, then delete the keys of
         the collection (the dumps are on disk now; blobs are the store host's biggest memory)."""
@@ -413,7 +425,7 @@ class EventCoordinator:
     def forget(self, event: EventMeta) -> None:
         """The store's host, as the job ends: the keys every rank used after the summary."""
         self.client.delete([roster_key(event.number, "moved"), roster_key(event.number, "leaving"),
-                            outcome_key(event.number), gone_key(event.number)])
+                            outcome_key(event.number), gone_key(event.number), pulse_key(event.number)])
 
     def leaving(self, event: EventMeta, timeout_seconds: float, poll_seconds: float | None = None) -> None:
         """Say this rank exits; the store's host (rank 0) waits for the others first, so their

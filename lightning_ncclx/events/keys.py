@@ -54,6 +54,13 @@ def outcome_key(number: int) -> str:
     return event_key(number, "outcome")
 
 
+def pulse_key(number: int) -> str:
+    """A count the summarizing rank rewrites about once a second while the event is its to
+    decide: where ``/proc`` cannot tell (another host), a rank finds it gone once the count stops
+    (:mod:`lightning_ncclx.watchdog.initiator_pulse`)."""
+    return event_key(number, "pulse")
+
+
 def alert_claim_key(number: int) -> str:
     """Who sends the event's trigger alert (:mod:`lightning_ncclx.alerts.claim`)."""
     return event_key(number, "alert")

@@ -13,8 +13,8 @@ Each rank (watchdog thread, nothing on the training path):
   outside any; posted once, changed only when it changes, withdrawn at the next heartbeat;
 - never posts in another phase (validation, checkpoint, epoch start, first step, teardown):
   a rank that has not posted vetoes the decision, so those phases can never look like a hang;
-- a rank outside any collective whose main thread kept a CPU busy over the last poll says it is
-  *working*, which vetoes too: rank-0-only work in a hook (an evaluation, a logger's upload) while
+- a rank outside any collective whose main thread kept a CPU busy over the last poll (on it, or
+  waiting in the run queue for one on an oversubscribed host) says it is *working*, which vetoes too: rank-0-only work in a hook (an evaluation, a logger's upload) while
   the others wait at a barrier is slow, not stuck. A stuck rank waits: sleeps, blocks on a lock,
   a queue, a data loader, a dead peer. (One spinning in a GPU sync or a Python loop is left to
   the step threshold.)
@@ -68,7 +68,8 @@ from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 log = logging.getLogger(__name__)
 
 WORKING_CPU_SHARE = 0.25
-"""A main thread that used at least this share of a CPU over the last poll is working."""
+"""A main thread that used (or waited in the run queue for) at least this share of a CPU over the
+last poll is working."""
 RECOVERY_WAIT_FACTOR = 2.0
 """After a wait at a site recovered by itself, this rank's wait there is at least this many times
 as long as that wait lasted, for the rest of the run."""
@@ -304,8 +305,18 @@ class Consensus:
 
 
 def read_main_thread_cpu() -> float | None:
-    """CPU seconds the main thread has used (Linux ``/proc``); None where that cannot be read."""
+    """Seconds the main thread has run on a CPU or waited in the run queue for one (Linux
+    ``/proc``: ``schedstat``, else the CPU time of ``stat``); None where neither can be read.
+    The wait counts: on a host with more runnable threads than CPUs (data loader workers, other
+    jobs) a busy main thread may get well under ``WORKING_CPU_SHARE`` of a CPU, yet it is
+    working, not waiting; a thread that sleeps or blocks has neither."""
     tid = threading.main_thread().native_id
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as handle:
+            on_cpu_ns, run_delay_ns = handle.read().split()[:2]
+        return (int(on_cpu_ns) + int(run_delay_ns)) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
     try:
         with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()

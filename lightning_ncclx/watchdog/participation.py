@@ -37,6 +37,7 @@ from lightning_ncclx.events.gather import CollectionResult, record_recovery
 from lightning_ncclx.events.keys import safe_host
 from lightning_ncclx.events.wire import Announcement, EventMeta, Outcome
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
+from lightning_ncclx.watchdog.initiator_pulse import PULSE_STALE_SECONDS, InitiatorPulse, PulseWatch, check_gap
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,8 @@ class OpenEvent:
     for its bell, and without one this rank decides alone once it is stuck past its own threshold."""
     read_after_gone: bool = False
     next_gone_check: float = 0.0
+    pulse: PulseWatch = field(default_factory=PulseWatch)
+    """The initiator's sign of life as this rank last read it (:mod:`initiator_pulse`)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -145,6 +148,7 @@ class EventParticipation:
         self.rt = runtime
         self.open: dict[int, OpenEvent] = {}
         self.recovered_events = 0
+        self.pulse: InitiatorPulse | None = None
 
     # ------------------------------------------------------------------ taking part
     def take_part(self, event: EventMeta, exception: str | None = None, *,
@@ -168,6 +172,8 @@ class EventParticipation:
                            raised=exception is not None, awaiting_want=two_phase and not initiator, counted=counted)
         if opened.pending:
             self.open[event.number] = opened
+            if initiator:
+                self._start_pulse()
         opened.give_up_at = self._give_up_at(opened)
         if initiator:
             opened.result = rt.summarize(event, folder)
@@ -176,6 +182,19 @@ class EventParticipation:
             self._arm_alert(opened)
         self.follow(force=not rt.listening())  # a listening rank hears want and outcome ring: no read now
         return opened.result
+
+    def _start_pulse(self) -> None:
+        if self.pulse is None:
+            self.pulse = InitiatorPulse(self.rt.coordinator, self._decided_here)
+        self.pulse.ensure_started()
+
+    def _decided_here(self) -> list[EventMeta]:
+        """The open events this rank is the initiator of (read from the pulse's thread)."""
+        return [opened.event for opened in list(self.open.values()) if opened.initiator]
+
+    def stop_pulse(self) -> None:
+        if self.pulse is not None:
+            self.pulse.stop()
 
     def _count(self, event: EventMeta, detected: bool) -> bool:
         """True when the event counts against ``max_dumps_per_run``."""
@@ -352,7 +371,8 @@ class EventParticipation:
     def _initiator_gone(self, opened: OpenEvent, *, read_store: bool) -> bool:
         """Whether the initiator's process is known gone: on this host through ``/proc`` (every
         ``INITIATOR_CHECK_SECONDS``), or, with ``read_store``, as the event's gone ranks say (a
-        rank of its host reported it). The first rank to see it locally tells every rank."""
+        rank of its host reported it), or, on any host, from its sign of life that stopped
+        (:meth:`_pulse_stopped`). The first rank to see it locally tells every rank."""
         if opened.initiator_gone:
             return True
         rt, rank = self.rt, opened.event.initiator
@@ -361,16 +381,33 @@ class EventParticipation:
         opened.next_gone_check = rt.clock() + INITIATOR_CHECK_SECONDS
         try:
             here = rt.coordinator.local_process_gone(rank)
-            if not here and not (read_store and rank in rt.coordinator.gone_ranks(opened.event)):
-                return False
-            opened.initiator_gone = True
-            log.warning("[rank %d] %s: the process of the summarizing rank %d is gone: reading how the event ended "
-                        "now instead of waiting for its word", rt.rank, opened.event.name, rank)
-            if here:
-                rt.coordinator.announce_initiator_gone(opened.event)
+            if here or (read_store and rank in rt.coordinator.gone_ranks(opened.event)):
+                opened.initiator_gone = True
+                log.warning("[rank %d] %s: the process of the summarizing rank %d is gone: reading how the event "
+                            "ended now instead of waiting for its word", rt.rank, opened.event.name, rank)
+                if here:
+                    rt.coordinator.announce_initiator_gone(opened.event)
+            elif self._pulse_stopped(opened):
+                opened.initiator_gone = True
+                log.warning("[rank %d] %s: the summarizing rank %d has given no sign of life for %.0f s (its host's "
+                            "/proc is not this rank's to read): reading how the event ended now instead of waiting "
+                            "for its word", rt.rank, opened.event.name, rank, opened.pulse.stopped_for(rt.clock()))
         except Exception:  # noqa: BLE001 - without liveness, wait for the initiator as before
             log.debug("checking the initiator's process failed", exc_info=True)
         return opened.initiator_gone
+
+    def _pulse_stopped(self, opened: OpenEvent) -> bool:
+        """The initiator's count has not changed for ``PULSE_STALE_SECONDS`` (scaled). Read only
+        while this rank would leave on its own evidence anyway (its step stuck past its bar, no
+        exit order yet), at most every :func:`check_gap` seconds: a rank that moves never reads it."""
+        rt = self.rt
+        now, beat = rt.clock(), rt.heartbeat.last
+        stuck = opened.raised or (beat.seq == opened.beat_seq and now - beat.time >= self._confirmation_bar())
+        if not opened.exit_job or opened.exit_order is not None or not stuck or now < opened.pulse.next_read:
+            return False
+        opened.pulse.next_read = now + check_gap(rt.world_size)
+        opened.pulse.note(rt.coordinator.pulse(opened.event), now)
+        return opened.pulse.stopped_for(now) >= scaled(PULSE_STALE_SECONDS, rt.world_size)
 
     def _serve_want(self, opened: OpenEvent) -> None:
         rt = self.rt

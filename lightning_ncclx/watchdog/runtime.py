@@ -190,6 +190,7 @@ class WatchdogRuntime:
 
     def stop(self, timeout_seconds: float | None = None) -> None:
         self._stop.set()
+        self.participation.stop_pulse()
         self.drain_alerts()
         self._wakeup.uninstall()
         if self._thread.is_alive() and self._thread is not threading.current_thread():

@@ -98,7 +98,9 @@ def test_when_rank_0_holds_the_gil_rank_1_starts_the_event(tmp_path: Path) -> No
     job = start_job(tmp_path, *CONSENSUS_JOB, "--fault", "hold_gil", "--fault-rank", "0", "--on-stall", "dump")
     folder = job.dump_dir / "stall-001"
     try:
-        assert wait_for(lambda: (folder / "summary.json").is_file(), 150), job.log()[-4000:]
+        # the reports after summary.json come from a thread of their own: all three before the job is stopped
+        assert wait_for(lambda: all((folder / f"summary.{ext}").is_file() for ext in ("json", "txt", "html")),
+                        150), job.log()[-4000:]
     finally:
         job.stop()
     detection = _detection(folder)
