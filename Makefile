@@ -14,13 +14,11 @@ $(VENV)/.installed: pyproject.toml requirements-test.txt
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-# Three pytest workers on 2 cores: the real jobs mostly wait on their ranks' steps (the whole run
-# keeps the 2 cores about 60 % busy); the jobs that start many processes at once size themselves
-# by free memory. The shared gloo dumps are made once per run by whichever worker asks first
-# (tests/analysis/conftest.py). tests/conftest.py puts the real jobs first, the longest allowed
-# first; `worksteal` lets a worker that runs out take half of another's queue.
+# Two pytest workers: the real jobs mostly wait on their ranks' steps, so two run side by side on
+# 2 cores; the jobs that start many processes at once size themselves by free memory. The shared
+# gloo dumps are made once per run by whichever worker asks first (tests/analysis/conftest.py).
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 3 --dist worksteal tests
+	$(PY) -m pytest -q -n 2 tests
 
 # Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
 test-fast: $(VENV)/.installed

@@ -15,22 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from job_tests import is_job  # noqa: E402
 
 
-def _time_limit(item: pytest.Item) -> float:
-    marker = item.get_closest_marker("timeout")
-    try:
-        return float(marker.args[0]) if marker is not None and marker.args else 0.0
-    except (TypeError, ValueError):
-        return 0.0
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if is_job(item):
             item.add_marker(pytest.mark.jobs)
-    # The real jobs first, those allowed the longest first: pytest-xdist hands out tests in this
-    # order, so the last minutes of a run are short tests that even out the workers, not one long
-    # job that leaves the other worker idle. A stable sort: every worker collects the same order.
-    items.sort(key=lambda item: (not is_job(item), -_time_limit(item)))
 
 
 def _destroy_default_group() -> None:
