@@ -43,6 +43,11 @@ def main() -> int:
             dist.irecv(t, 1, group=sub).wait()
         dist.all_reduce(t)
     found["after_healthy"] = p2p_in_flight()
+    # an all_reduce returns before gloo's worker thread marks it completed: let it settle (under
+    # load that took over the probe's 1 s once, and the probe saw it as a wait)
+    settle_by = time.monotonic() + 30.0
+    while blocked_collectives() and time.monotonic() < settle_by:
+        time.sleep(0.05)
     if rank in (1, 2):
         def probe() -> None:
             time.sleep(1.0)
