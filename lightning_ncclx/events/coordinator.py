@@ -397,8 +397,8 @@ class EventCoordinator:
         self.client.set(pulse_key(event.number), str(count))
 
     def pulse(self, event: EventMeta) -> bytes | None:
-        """The initiator's latest sign of life, as raw bytes (only compared, never parsed: a value
-        another client wrote there can delay a judgement, never make one), at most ``MAX_PULSE_BYTES``."""
+        """The initiator's latest sign of life, as raw bytes, at most ``MAX_PULSE_BYTES``: only
+        compared, never parsed (what another client can do with it: :mod:`~lightning_ncclx.watchdog.initiator_pulse`)."""
         raw = self.client.read(pulse_key(event.number))
         return None if raw is None else raw[:MAX_PULSE_BYTES]
 

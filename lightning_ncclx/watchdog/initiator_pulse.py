@@ -13,8 +13,10 @@ past its own bar, no exit order yet), at most every ``check_gap`` seconds; once 
 changed for ``PULSE_STALE_SECONDS`` (plus a second per 256 ranks) on the follower's own monotonic
 clock, the initiator is taken to be gone: the follower reads the outcome one last time and then
 leaves as it would without one. Before the first count is seen nothing is judged (the event
-window applies as before). Any change of the raw value, a deletion included, counts as life: a
-value another client writes can only delay the judgement, never make it.
+window applies as before). Any change of the raw value, a deletion included, counts as life. A
+store client that keeps changing the key delays the judgement; one that overwrites it with one
+value faster than the initiator beats brings it forward, but only for a rank already stuck past
+its own threshold (a rank that makes progress never reads the key).
 
 Example::
 
