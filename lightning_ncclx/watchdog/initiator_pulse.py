@@ -12,8 +12,10 @@ A follower reads that count only when it would leave on its own evidence anyway 
 past its own bar, no exit order yet), at most every ``check_gap`` seconds; once the count has not
 changed for ``PULSE_STALE_SECONDS`` (plus a second per 256 ranks) on the follower's own monotonic
 clock, the initiator is taken to be gone: the follower reads the outcome one last time and then
-leaves as it would without one. Before the first count is seen nothing is judged (the event
-window applies as before). Any change of the raw value, a deletion included, counts as life. A
+leaves as it would without one. The initiator beats from the moment it takes part, before it
+writes its own dump, so a follower stuck past its bar finds a count unless the initiator died
+first: a count never seen over the same window, counted from the follower's first read, judges
+the initiator gone too. Any change of the raw value, a deletion included, counts as life. A
 store client that keeps changing the key delays the judgement; one that overwrites it with one
 value faster than the initiator beats brings it forward, but only for a rank already stuck past
 its own threshold (a rank that makes progress never reads the key).
@@ -106,19 +108,15 @@ class PulseWatch:
 
     seen: bytes | None = None
     changed_at: float | None = None
-    """When the count last changed (None: no count seen yet, nothing is judged)."""
+    """When the count last changed, or, while none was ever seen, when it was first read."""
     next_read: float = 0.0
 
     def note(self, raw: bytes | None, now: float) -> None:
-        if self.changed_at is None:
-            if raw is not None:
-                self.seen, self.changed_at = raw, now
-            return
-        if raw != self.seen:
+        if self.changed_at is None or raw != self.seen:
             self.seen, self.changed_at = raw, now
 
     def stopped_for(self, now: float) -> float:
-        """Seconds the count has not changed (0 before the first count)."""
+        """Seconds the count has not changed (or has been absent) since this rank first read it."""
         return 0.0 if self.changed_at is None else now - self.changed_at
 
 

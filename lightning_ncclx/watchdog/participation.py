@@ -149,6 +149,8 @@ class EventParticipation:
         self.open: dict[int, OpenEvent] = {}
         self.recovered_events = 0
         self.pulse: InitiatorPulse | None = None
+        self._starting: EventMeta | None = None
+        """The event this rank initiates and is dumping for, before it is open."""
 
     # ------------------------------------------------------------------ taking part
     def take_part(self, event: EventMeta, exception: str | None = None, *,
@@ -160,20 +162,26 @@ class EventParticipation:
         initiator = event.initiator == rt.rank
         beat = rt.heartbeat.last
         rt.native_stacks_disarm()
-        counted = self._count(event, detected)
-        folder = rt.dump_dir / event.name
-        files = self._write_dump(event, folder, initiator, exception)
-        two_phase = rt.config.two_phase_gather(rt.world_size)
-        self._announce(event, files, folder, initiator, two_phase)
-        self._check_local_peers(event)
-        rt.notify_dumped(event.reason)
         exit_job = event.reason in ("stall", "exception") and rt.config.on_stall is StallAction.dump_and_exit
-        opened = OpenEvent(event, initiator, beat.seq, beat.time, exit_job, files, site=rt.site_now(),
-                           raised=exception is not None, awaiting_want=two_phase and not initiator, counted=counted)
-        if opened.pending:
-            self.open[event.number] = opened
-            if initiator:
-                self._start_pulse()
+        if initiator and exit_job:
+            self._starting = event  # beat before the own dump: a count never seen means a dead initiator
+            self._start_pulse()
+        try:
+            counted = self._count(event, detected)
+            folder = rt.dump_dir / event.name
+            files = self._write_dump(event, folder, initiator, exception)
+            two_phase = rt.config.two_phase_gather(rt.world_size)
+            self._announce(event, files, folder, initiator, two_phase)
+            self._check_local_peers(event)
+            rt.notify_dumped(event.reason)
+            opened = OpenEvent(event, initiator, beat.seq, beat.time, exit_job, files, site=rt.site_now(),
+                               raised=exception is not None, awaiting_want=two_phase and not initiator, counted=counted)
+            if opened.pending:
+                self.open[event.number] = opened
+                if initiator:
+                    self._start_pulse()
+        finally:
+            self._starting = None
         opened.give_up_at = self._give_up_at(opened)
         if initiator:
             opened.result = rt.summarize(event, folder)
@@ -189,8 +197,13 @@ class EventParticipation:
         self.pulse.ensure_started()
 
     def _decided_here(self) -> list[EventMeta]:
-        """The open events this rank is the initiator of (read from the pulse's thread)."""
-        return [opened.event for opened in list(self.open.values()) if opened.initiator]
+        """The open events this rank is the initiator of, and the one it is taking part in now
+        (read from the pulse's thread)."""
+        events = [opened.event for opened in list(self.open.values()) if opened.initiator]
+        starting = self._starting
+        if starting is not None and all(event.number != starting.number for event in events):
+            events.append(starting)
+        return events
 
     def stop_pulse(self) -> None:
         if self.pulse is not None:

@@ -91,10 +91,45 @@ def test_a_pulse_that_stops_is_judged_gone_after_the_window_and_not_before(serve
     assert follower.gone_after(3 * check_gap(WORLD))
 
 
-def test_without_any_count_seen_the_event_window_applies_as_before(server: Any) -> None:
+def test_a_count_never_seen_is_judged_gone_after_the_same_window_from_the_first_read(server: Any) -> None:
+    """The initiator died before its first beat (it beats from the moment it takes part, before
+    its own dump: see the next test)."""
     follower = Follower(server)
-    assert not follower.gone_after(600)
+    assert not follower.gone_after(BAR - 1)
+    assert follower.reads == 0
+    assert not follower.gone_after(PULSE_STALE_SECONDS - check_gap(WORLD))
     assert follower.reads > 0
+    assert follower.gone_after(3 * check_gap(WORLD))
+
+
+def test_the_initiator_beats_before_it_writes_its_own_dump_and_not_for_an_event_it_never_opened(
+        server: Any, tmp_path: Path) -> None:
+    config = WatchdogConfig(train_step_seconds=BAR, first_step_seconds=BAR, auto={"enabled": False},
+                            on_stall=StallAction.dump_and_exit)
+    coordinator = _coordinator(server, 2)
+    runtime = SimpleNamespace(rank=2, world_size=WORLD, config=config, coordinator=coordinator,
+                              heartbeat=Heartbeat(config), clock=time.monotonic, dump_dir=tmp_path,
+                              native_stacks_disarm=lambda: None)
+    participation = EventParticipation(runtime)  # type: ignore[arg-type]
+    reader = _coordinator(server, 0)
+    seen_while_dumping: list[bytes | None] = []
+
+    def write_dump(*_: Any) -> list[Path]:
+        deadline = time.monotonic() + 30  # the thread's first beat comes as it starts
+        while reader.pulse(EVENT) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen_while_dumping.append(reader.pulse(EVENT))
+        raise OSError("the dump could not be written")
+
+    participation._write_dump = write_dump  # type: ignore[method-assign]
+    participation._count = lambda *_: True  # type: ignore[method-assign]
+    try:
+        with pytest.raises(OSError):
+            participation.take_part(EVENT, detected=True)
+        assert seen_while_dumping and seen_while_dumping[0] is not None
+        assert participation._decided_here() == []  # never opened: no more beats for it
+    finally:
+        participation.stop_pulse()
 
 
 def test_a_rank_that_moves_never_reads_the_pulse_nor_leaves_by_it(server: Any, tmp_path: Path) -> None:
