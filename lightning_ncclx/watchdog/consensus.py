@@ -14,7 +14,7 @@ Each rank (watchdog thread, nothing on the training path):
 - never posts in another phase (validation, checkpoint, epoch start, first step, teardown):
   a rank that has not posted vetoes the decision, so those phases can never look like a hang;
 - a rank outside any collective whose main thread kept a CPU busy over the last poll (on it, or
-  waiting in the run queue for one on an oversubscribed host) says it is *working*, which vetoes too: rank-0-only work in a hook (an evaluation, a logger's upload) while
+  preempted and waiting in the run queue on an oversubscribed host) says it is *working*, which vetoes too: rank-0-only work in a hook (an evaluation, a logger's upload) while
   the others wait at a barrier is slow, not stuck. A stuck rank waits: sleeps, blocks on a lock,
   a queue, a data loader, a dead peer. (One spinning in a GPU sync or a Python loop is left to
   the step threshold.)
@@ -304,25 +304,62 @@ class Consensus:
         return silent if now - ping.sent >= self.silence_seconds else ()
 
 
-def read_main_thread_cpu() -> float | None:
-    """Seconds the main thread has run on a CPU or waited in the run queue for one (Linux
-    ``/proc``: ``schedstat``, else the CPU time of ``stat``); None where neither can be read.
-    The wait counts: on a host with more runnable threads than CPUs (data loader workers, other
-    jobs) a busy main thread may get well under ``WORKING_CPU_SHARE`` of a CPU, yet it is
-    working, not waiting; a thread that sleeps or blocks has neither."""
-    tid = threading.main_thread().native_id
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat", "rb") as handle:
-            on_cpu_ns, run_delay_ns = handle.read().split()[:2]
-        return (int(on_cpu_ns) + int(run_delay_ns)) / 1e9
-    except (OSError, IndexError, ValueError):
-        pass
+class MainThreadWork:
+    """Seconds the main thread has worked, as a running total (Linux ``/proc``: ``schedstat``,
+    else the CPU time of ``stat``); None where neither can be read.
+
+    Time on a CPU counts; so does time waiting in the run queue for one, in the share of the
+    thread's context switches since the last reading that were preemptions (``status``:
+    ``nonvoluntary_ctxt_switches``). On a host with more runnable threads than CPUs (data loader
+    workers, other jobs) a busy main thread gets well under ``WORKING_CPU_SHARE`` of a CPU and is
+    preempted at every time slice: it is working, not waiting. A thread that sleeps or blocks
+    switches out by itself; the run-queue wait of its many short wake-ups (a polling loop on a
+    crowded CPU) is not work."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._total = 0.0
+
+    def __call__(self) -> float | None:
+        tid = threading.main_thread().native_id
+        with self._lock:
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat", "rb") as handle:
+                    on_cpu_ns, run_delay_ns = (int(v) for v in handle.read().split()[:2])
+                voluntary, preempted = _context_switches(tid)
+            except (OSError, IndexError, ValueError):
+                return _cpu_time_from_stat(tid)
+            last = self._last
+            switches = (voluntary - last[2]) + (preempted - last[3])
+            preempted_share = (preempted - last[3]) / switches if switches > 0 else 0.0
+            self._total += (on_cpu_ns - last[0] + (run_delay_ns - last[1]) * preempted_share) / 1e9
+            self._last = (on_cpu_ns, run_delay_ns, voluntary, preempted)
+            return self._total
+
+
+def _context_switches(tid: int) -> tuple[int, int]:
+    """(voluntary, nonvoluntary) context switches of one thread of this process."""
+    found: dict[bytes, int] = {}
+    with open(f"/proc/self/task/{tid}/status", "rb") as handle:
+        for line in handle:
+            if line.startswith((b"voluntary_ctxt_switches:", b"nonvoluntary_ctxt_switches:")):
+                key, _, value = line.partition(b":")
+                found[key] = int(value)
+    return found[b"voluntary_ctxt_switches"], found[b"nonvoluntary_ctxt_switches"]
+
+
+def _cpu_time_from_stat(tid: int) -> float | None:
     try:
         with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     except (OSError, IndexError, ValueError):
         return None
+
+
+read_main_thread_cpu = MainThreadWork()
+"""This process's reader (one running total: the consensus samples it at every poll)."""
 
 
 try:

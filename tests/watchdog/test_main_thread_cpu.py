@@ -1,7 +1,7 @@
 """The consensus's "working" sample of the main thread on a CPU shared with busier processes:
 a main thread that computes is working even when it gets a small share of the CPU (the time it
-waits in the run queue counts), and one that sleeps is not. Shares of sampled CPU time, not
-durations."""
+waits in the run queue once preempted counts), and one that sleeps 2 ms at a time is not, though
+each of its wake-ups waits in that queue too. Shares of sampled CPU time, not durations."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ done = threading.Event()
 threading.Thread(target=sample, daemon=True).start()
 while not done.is_set():
     if mode == "sleep":
-        time.sleep(0.01)
+        time.sleep(0.002)
     else:
         sum(i * i for i in range(1000))
 print(json.dumps(result))
@@ -45,7 +45,7 @@ SPIN = "while True: pass"
 def test_a_main_thread_on_a_crowded_cpu_is_working_only_when_it_computes(mode: str, working: bool) -> None:
     cpu = min(os.sched_getaffinity(0))
     pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731 - every process on one CPU
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pin) for _ in range(5)]
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pin) for _ in range(10)]
     try:
         done = subprocess.run([sys.executable, "-c", PROBE, mode], preexec_fn=pin, capture_output=True, text=True,
                               env=clean_env(), timeout=120)
