@@ -103,7 +103,7 @@ def _classify(summary: Summary) -> Classification:
         return Classification(HangKind.teardown, reason, advice, RestartAction.do_not_restart,
                               "training had finished: restarting would redo work already done")
     if head.kind in (Verdict.SIZE_MISMATCH, Verdict.DTYPE_MISMATCH, Verdict.OP_MISMATCH):
-        return _mismatch(summary, head)
+        return _with_aborted_peers(summary, head, _mismatch(summary, head))
     if head.kind is Verdict.NOT_ENTERED:
         return _not_entered(summary, head)
     if head.kind is Verdict.EXTRA_COLLECTIVE:
@@ -314,6 +314,18 @@ def _mismatch_that_aborted(summary: Summary, head: Finding, raised: dict[str, st
     line = (f"rank {rank} then lost its connection to a peer ({text.splitlines()[0][:160]}): gloo aborts the process "
             f"of a rank whose buffer is smaller than what the mismatched call sends it (`{_GLOO_ABORT}` in its log)"
             + (f"; rank(s) {_r(tuple(gone))} left no dump" if gone else ""))
+    return replace(c, advice=c.advice + (line,))
+
+
+def _with_aborted_peers(summary: Summary, head: Finding, c: Classification) -> Classification:
+    """A gloo mismatch whose peer left no dump (before any rank raised): say why that rank is
+    gone, and how it ended where known."""
+    gone = tuple(r for r in summary.ranks_missing if r not in head.ranks)
+    if not gone or head.group.lib != "gloo":
+        return c
+    ended = "; ".join(f"rank {r} {exit_description(e)}" for r, e in sorted(_aborted(summary, gone, every=False).items()))
+    line = (f"rank(s) {_r(gone)} left no dump{f' ({ended})' if ended else ''}: gloo aborts the process of a rank "
+            f"whose buffer is smaller than what the mismatched call sends it (`{_GLOO_ABORT}` in its log)")
     return replace(c, advice=c.advice + (line,))
 
 

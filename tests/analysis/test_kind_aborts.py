@@ -44,6 +44,21 @@ def test_a_mismatch_whose_culprit_then_lost_its_peer_is_an_argument_mismatch(tmp
     assert d["advice"][-1].endswith("; rank(s) 1 left no dump")
 
 
+def test_a_mismatch_whose_aborted_peer_left_no_dump_before_any_rank_raised_says_why_it_is_gone(tmp_path):
+    # caught before rank 2's read failed: no exception yet, rank 1 aborted by gloo (seen on its host)
+    _rank(tmp_path, 0, collectives(8, lib="gloo", last_state="scheduled"))
+    _rank(tmp_path, 2, collectives(7, lib="gloo") + [entry(7, 8, lib="gloo", dtype="Double", state="scheduled")])
+    _gone(tmp_path, 1)
+    collection = json.loads((tmp_path / "collection.json").read_text())
+    collection["gone_exits"] = {"1": {"signal": "SIGABRT", "status": 134, "known_from": "rank 0 (same host)"}}
+    (tmp_path / "collection.json").write_text(json.dumps(collection))
+    d = analyze_folder(tmp_path).to_dict()
+    assert d["culprit_ranks"] == [2] and d["verdict"] == "dtype_mismatch"
+    assert (d["hang_kind"], d["restart_advice"]["action"]) == ("argument_mismatch", "do_not_restart")
+    assert d["advice"][-1].startswith("rank(s) 1 left no dump (rank 1 ended with SIGABRT (status 134)): gloo aborts")
+    assert "EnforceNotMet ... op.preamble.length <= op.nbytes" in d["advice"][-1]
+
+
 def test_an_exception_of_the_program_on_a_mismatch_culprit_stays_its_own(tmp_path):
     _rank(tmp_path, 0, collectives(8, lib="gloo", last_state="scheduled"))
     doubles = collectives(7, lib="gloo") + [entry(7, 8, lib="gloo", dtype="Double", state="scheduled")]
