@@ -1,4 +1,5 @@
-"""Launch small real gloo jobs (one process per rank, 127.0.0.1, a free port) and collect dumps.
+"""Launch small real gloo jobs (one process per rank, forked by :mod:`gloo_job`; 127.0.0.1, a free
+port) and collect dumps.
 
 Used by ``conftest.py`` (one run per pytest process, shared by many tests). Every child is waited for
 or killed; nothing outlives :func:`run_jobs`.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-WORKER = Path(__file__).with_name("gloo_worker.py")
+JOB = Path(__file__).with_name("gloo_job.py")
 SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "wrap", "uneven", "uneven_skip", "order", "extra",
              "pipe_skip", "pipe_wrong")
 
@@ -117,20 +119,13 @@ def run_jobs(scenarios: dict[str, Path], world: int = 3, timeout_s: float = 240.
 
 
 def _start(scenario: str, out: Path, world: int, env: dict[str, str]) -> list[subprocess.Popen]:
+    """The job's process (:mod:`gloo_job`: torch imported once, one forked process per rank),
+    leader of its own process group."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     job_env = dict(env, TORCH_FR_BUFFER_SIZE="12") if scenario == "wrap" else env
-    procs: list[subprocess.Popen] = []
-    try:
-        for rank in range(world):
-            with open(out / f"stderr_{rank}.txt", "wb") as stderr:
-                procs.append(subprocess.Popen(
-                    [sys.executable, str(WORKER), str(rank), str(world), port, scenario, str(out)],
-                    env=job_env, stdout=subprocess.DEVNULL, stderr=stderr))
-    except BaseException:
-        _end(procs)
-        raise
-    return procs
+    return [subprocess.Popen([sys.executable, str(JOB), str(world), port, scenario, str(out)], env=job_env,
+                             stdout=subprocess.DEVNULL, start_new_session=True)]
 
 
 def _ended(procs: list[subprocess.Popen]) -> bool:
@@ -138,8 +133,12 @@ def _ended(procs: list[subprocess.Popen]) -> bool:
 
 
 def _end(procs: list[subprocess.Popen]) -> None:
-    """Every rank of a job waited for; those still running (past the job's time) killed first."""
+    """Every rank of a job waited for; a job still running (past its time) killed first, its
+    forked ranks with it (their process group)."""
     for p in procs:
         if p.poll() is None:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         p.wait()

@@ -1,6 +1,6 @@
 """One rank of a small real gloo job that misbehaves on purpose, then dumps its flight recorder.
 
-Run by :mod:`gloo_jobs` (never by pytest directly)::
+Run by :mod:`gloo_job`, forked once per rank (never by pytest directly)::
 
     python gloo_worker.py RANK WORLD PORT SCENARIO OUT_DIR
 
