@@ -177,13 +177,13 @@ def test_the_probe_sees_the_collective_a_rank_waits_in(tmp_path: Path) -> None:
 @pytest.mark.timeout(500)
 def test_a_wait_that_ends_is_marked_recovered_never_ends_the_job_and_is_learnt(tmp_path: Path) -> None:
     """Every default, ``dump_and_exit``, 1 s steps: rank 0 waits 12 s in a user callback's
-    ``on_train_batch_end`` (a synchronous upload) twice, 30 s apart. The first wait is reported
+    ``on_train_batch_end`` (a synchronous upload) twice, 22 s apart (the training ends before a third). The first wait is reported
     early (evidence) and then marked recovered; the job is not ended (the hang was never
     confirmed); the second wait at the same site raises no event (the wait there was learnt)."""
     result = run_job(tmp_path, "--strategy", "ddp_ncclx", "--fault", "soak_waits", "--fault-rank", "1",
                      "--at-batch", "0", "--step-sleep", "1.0", "--step-noise", "0.1", "--watchdog-defaults",
-                     "--on-stall", "dump_and_exit", "--max-minutes", "1.4", "--epoch-size", "400",
-                     "--wait-every", "30", "--loader-stall-every", "100000", "--hook-seconds", "0", timeout=400)
+                     "--on-stall", "dump_and_exit", "--max-minutes", "1.05", "--epoch-size", "400",
+                     "--wait-every", "22", "--loader-stall-every", "100000", "--hook-seconds", "0", timeout=400)
     assert result.returncode == 0, result.log[-4000:]
     assert result.log.count("soak: hook wait of 12 s") == 2, result.log[-4000:]
     events = result.events()
