@@ -3,7 +3,8 @@ runs in its own pid namespace (``unshare --pid --fork --mount-proc``), so no ran
 ``/proc``, as on three machines. Rank 2 summarizes the stall of rank 1 and is SIGKILLed before it
 claims the trigger, or as it sends it; a rank of another "host" sends it in its place, from the
 job-wide claim in the store: exactly one trigger arrives at a real HTTP server. The others leave
-once the summarizing rank's sign of life in the store stopped, not at the end of the event's window."""
+by the exit order where the summarizing rank wrote it before it died, else once its sign of life
+in the store stopped, not at the end of the event's window."""
 
 from __future__ import annotations
 
@@ -96,8 +97,14 @@ def _one_trigger_from_another_host(result: harness.JobResult, server: Any, kille
     assert len(senders) == 1 and killed not in senders, (kept, killed)
     assert {entry.get("taken_over_from") for entry in kept["sinks"].values()} == {killed}, kept
     assert {entry["state"] for entry in kept["sinks"].values()} == {"sent"}
-    # the others found the summarizing rank gone by its sign of life (no /proc of its host to read)
-    assert "the summarizing rank 2 has given no sign of life" in result.log, result.log[-8000:]
+    # a rank that left without the summarizing rank's word found it gone by its sign of life (no
+    # /proc of its host to read), not at the end of the event's window; killed as it sends, the
+    # summarizing rank may have written the exit order first (then the others leave by it)
+    if "is gone without saying how the event ended" in result.log:
+        assert "the summarizing rank 2 has given no sign of life" in result.log, result.log[-8000:]
+    else:
+        assert all(f"[rank {r}] stall-001: on_stall=dump_and_exit, exiting with code 75" in result.log
+                   for r in (0, 1)), result.log[-8000:]
     return hook["body"]
 
 
