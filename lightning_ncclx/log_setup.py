@@ -20,3 +20,23 @@ def ensure_visible_logging() -> logging.Logger:
         logger.addHandler(logging.StreamHandler())
         logger.propagate = False
     return logger
+
+
+class RepeatedFailure:
+    """A failure that repeats at every poll (a store that is gone): the first is logged with its
+    traceback, then the 10th, 100th and every 1000th in a row as one counted line; a success
+    starts the count again. Nothing is swallowed silently, nothing floods the log."""
+
+    def __init__(self) -> None:
+        self.in_a_row = 0
+
+    def failed(self, logger: logging.Logger, message: str, *args: object) -> None:
+        self.in_a_row += 1
+        n = self.in_a_row
+        if n == 1:
+            logger.warning(message, *args, exc_info=True)
+        elif n in (10, 100) or n % 1000 == 0:
+            logger.warning(message + " (%d times in a row; the first is logged with its traceback)", *args, n)
+
+    def succeeded(self) -> None:
+        self.in_a_row = 0

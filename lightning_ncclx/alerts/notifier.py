@@ -36,6 +36,7 @@ from lightning_ncclx.alerts.outbox import (
 from lightning_ncclx.alerts.sender import MAX_GENERATION, generation_of, sender_gone, sender_record
 from lightning_ncclx.alerts.sinks import CommandSink, PagerDutySink, Sink, WebhookSink
 from lightning_ncclx.config import AlertsConfig
+from lightning_ncclx.log_setup import RepeatedFailure
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class AlertNotifier:
         """Events whose trigger this rank claimed in place of a holder that is gone."""
         self._watching: dict[int, tuple[dict[str, Any], Callable[[], bool]]] = {}
         """Event number -> the arguments of :meth:`watch_claim` and whether it is still confirmed."""
+        self._watch_failures = RepeatedFailure()
 
     def attach_claims(self, board: ClaimBoard) -> None:
         self.claims = board
@@ -189,6 +191,7 @@ class AlertNotifier:
         try:
             held = board.watch(number, event, confirmed_at, self.takeover_hold_seconds,
                                lambda: self._fallback_document(folder, event, reason, initiator))
+            self._watch_failures.succeeded()
             if held is None or held.document is None:
                 return False
             self._claimed.add(number)
@@ -202,7 +205,7 @@ class AlertNotifier:
             self._start(path, held.document, entries=entries, on_done=self._finisher(number, held))
             return True
         except Exception:  # noqa: BLE001
-            log.warning("[rank %d] watching the alert claim of %s failed", self.rank, event, exc_info=True)
+            self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
             return False
 
     def settle_claims(self, poll_seconds: float = 0.2) -> None:

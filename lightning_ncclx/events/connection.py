@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -66,12 +67,31 @@ class StoreAddress:
         return cls(str(base.host), int(base.port), namespace_from(os.environ if environ is None else environ))
 
     def connect(self, connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS) -> Any:
-        """A new client under the plugin's namespace (raises on failure after the timeout)."""
+        """A new client under the plugin's namespace (raises on failure after the timeout, at
+        once where nothing listens at the address any more: see :func:`refused`)."""
         import torch.distributed as dist
 
+        if refused(self.host, self.port, connect_timeout_seconds):
+            raise StoreUnavailable(f"nothing listens at {self.host}:{self.port} any more (connection refused): "
+                                   "the store's host process is gone")
         client = dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
                                timeout=timedelta(seconds=connect_timeout_seconds))
         return dist.PrefixStore(self.namespace, client)
+
+
+def refused(host: str, port: int, timeout_seconds: float) -> bool:
+    """Whether a plain TCP connection to the store is refused (its host answered, nothing
+    listens: the process that served it is gone). The TCPStore client retries a refused
+    connection until its whole timeout, holding the calling thread (the watchdog's) each time;
+    a refusal needs no waiting. Anything else (accepted, unanswered, unresolvable) is left to the
+    TCPStore client."""
+    try:
+        with socket.create_connection((host, port), timeout=max(0.05, min(timeout_seconds, 2.0))):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
 
 
 def namespace_from(environ: dict[str, str] | Any) -> str:

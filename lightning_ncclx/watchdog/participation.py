@@ -36,6 +36,7 @@ from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.gather import CollectionResult, record_recovery
 from lightning_ncclx.events.keys import safe_host
 from lightning_ncclx.events.wire import Announcement, EventMeta, Outcome
+from lightning_ncclx.log_setup import RepeatedFailure
 from lightning_ncclx.watchdog.heartbeat import Heartbeat, Phase
 from lightning_ncclx.watchdog.initiator_pulse import PULSE_STALE_SECONDS, InitiatorPulse, PulseWatch, check_gap
 
@@ -150,6 +151,7 @@ class EventParticipation:
         self.recovered_events = 0
         self.pulse: InitiatorPulse | None = None
         self._starting: EventMeta | None = None
+        self._follow_failures = RepeatedFailure()
         """The event this rank initiates and is dumping for, before it is open."""
 
     # ------------------------------------------------------------------ taking part
@@ -328,8 +330,9 @@ class EventParticipation:
                                 exc_info=True)
             try:
                 self._follow_one(opened, force or rung)
+                self._follow_failures.succeeded()
             except Exception:  # noqa: BLE001 - the store may be gone; try again at the next tick
-                log.warning("[rank %d] following %s failed", self.rt.rank, opened.event.name, exc_info=True)
+                self._follow_failures.failed(log, "[rank %d] following %s failed", self.rt.rank, opened.event.name)
 
     def _due(self, opened: OpenEvent, rung: bool) -> bool:
         """Read the event's keys now? At a ring; without a listening doorbell, with a growing gap."""
