@@ -14,12 +14,12 @@ $(VENV)/.installed: pyproject.toml requirements-test.txt
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-# Four pytest workers on 2 cores: the real jobs mostly wait on their ranks' steps (two workers
+# Six pytest workers on 2 cores: the real jobs mostly wait on their ranks' steps (two workers
 # kept the 2 cores about half busy), and the jobs that start many processes at once size
 # themselves by free memory. The shared gloo dumps are made once per run by whichever worker asks
 # first (tests/analysis/conftest.py).
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 4 tests
+	$(PY) -m pytest -q -n 6 tests
 
 # Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
 test-fast: $(VENV)/.installed
