@@ -151,8 +151,8 @@ class EventParticipation:
         self.recovered_events = 0
         self.pulse: InitiatorPulse | None = None
         self._starting: EventMeta | None = None
-        self._follow_failures = RepeatedFailure()
         """The event this rank initiates and is dumping for, before it is open."""
+        self._follow_failures = RepeatedFailure()
 
     # ------------------------------------------------------------------ taking part
     def take_part(self, event: EventMeta, exception: str | None = None, *,
