@@ -8,6 +8,8 @@ for its own logger. When the root logger has handlers (Hydra, user set-up), they
 from __future__ import annotations
 
 import logging
+import time
+from typing import Callable
 
 PACKAGE_LOGGER = "lightning_ncclx"
 
@@ -24,13 +26,22 @@ def ensure_visible_logging() -> logging.Logger:
 
 class RepeatedFailure:
     """A failure that repeats at every poll (a store that is gone): the first is logged with its
-    traceback, then the 10th, 100th and every 1000th in a row as one counted line; a success
-    starts the count again. Nothing is swallowed silently, nothing floods the log."""
+    traceback, then the 10th, 100th and every 1000th in a row as one counted line. Only
+    ``RESET_AFTER_SECONDS`` of successes start the count again: a step that fails whenever it
+    talks to the store and succeeds in between (it had nothing to read) is one run of failures.
+    Nothing is swallowed silently, nothing floods the log."""
 
-    def __init__(self) -> None:
+    RESET_AFTER_SECONDS = 30.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.in_a_row = 0
+        self._clock = clock
+        self._good_since: float | None = None
 
     def failed(self, logger: logging.Logger, message: str, *args: object) -> None:
+        good_since, self._good_since = self._good_since, None
+        if good_since is not None and self._clock() - good_since >= self.RESET_AFTER_SECONDS:
+            self.in_a_row = 0
         self.in_a_row += 1
         n = self.in_a_row
         if n == 1:
@@ -39,4 +50,5 @@ class RepeatedFailure:
             logger.warning(message + " (%d times in a row; the first is logged with its traceback)", *args, n)
 
     def succeeded(self) -> None:
-        self.in_a_row = 0
+        if self._good_since is None:
+            self._good_since = self._clock()

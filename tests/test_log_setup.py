@@ -32,11 +32,29 @@ def test_the_first_failure_has_its_traceback_and_later_ones_are_counted(caplog: 
     assert all(r.exc_info is None for r in records[1:])
 
 
-def test_a_success_starts_the_count_again(caplog: pytest.LogCaptureFixture) -> None:
-    failures = RepeatedFailure()
+def test_successes_that_last_start_the_count_again(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    failures = RepeatedFailure(clock=lambda: now[0])
     with caplog.at_level(logging.WARNING, logger=log.name):
         _fail(failures, 3)
+        failures.succeeded()
+        now[0] += RepeatedFailure.RESET_AFTER_SECONDS
         failures.succeeded()
         _fail(failures, 1)
     records = [r for r in caplog.records if r.name == log.name]
     assert len(records) == 2 and all(r.exc_info is not None for r in records)
+
+
+def test_a_success_between_failures_is_no_new_start(caplog: pytest.LogCaptureFixture) -> None:
+    """A step that fails whenever it reads the store and succeeds when it had nothing to read (a
+    store that is gone, seen at every other poll) logs one traceback, not one per failure."""
+    now = [0.0]
+    failures = RepeatedFailure(clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        for _ in range(12):
+            _fail(failures, 1)
+            now[0] += 1.0
+            failures.succeeded()
+            now[0] += 1.0
+    records = [r for r in caplog.records if r.name == log.name]
+    assert [r.exc_info is not None for r in records] == [True, False], [r.getMessage() for r in records]

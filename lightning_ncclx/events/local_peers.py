@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Callable
 
-from lightning_ncclx.events.connection import StoreClient
+from lightning_ncclx.events.connection import StoreClient, StoreUnavailable
 from lightning_ncclx.events.keys import gone_key, procs_key
 from lightning_ncclx.events.liveness import ProcessInfo, is_gone, state_of, wait_status_of
 from lightning_ncclx.events.wire import BadValue
@@ -61,7 +61,15 @@ class LocalPeers:
             return {}
         if self._cached is not None and self._clock() - self._read_at < CACHE_SECONDS:
             return self._cached
-        raw = self.client.read(procs_key(self.me.scope)) or b""
+        try:
+            raw = self.client.read(procs_key(self.me.scope)) or b""
+        except StoreUnavailable:
+            if self._cached is None:
+                raise
+            # the lines last read still name each process (a pid does not change): without the
+            # store, /proc still tells whether the store's own host process is gone
+            self._read_at = self._clock()
+            return self._cached
         self._cached, self._read_at = self._parse(raw), self._clock()
         return self._cached
 
