@@ -286,9 +286,12 @@ def analyze(loaded: LoadedFolder, for_reports: bool = True) -> Summary:
                      f"{_ranks(loaded.digest_only_ranks)} (their newest collectives of each group: their full dumps "
                      "stay on their hosts)")
     head = findings[0] if findings else None
+    # no rank waits for another, and yet a rank raised: the exception is the event's cause (its
+    # peers had not reached the collective it left when they dumped)
+    raised = tuple(sorted(r for r, c in contexts.items() if c.exception))
     summary = Summary(
         source=loaded.root, verdict=head.kind if head else Verdict.NO_HANG,
-        culprit_ranks=head.ranks if head else (), process_group=head.group if head else None,
+        culprit_ranks=head.ranks if head else raised, process_group=head.group if head else None,
         collective_seq_id=head.seq if head else None, op=head.op if head else None,
         waiting_ranks=head.waiting_ranks if head else (), findings=tuple(findings), notes=tuple(notes),
         unreadable=loaded.unreadable, ranks_seen=seen, ranks_missing=missing_ranks,

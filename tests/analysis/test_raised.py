@@ -45,3 +45,21 @@ def test_without_an_exception_both_ranks_outside_stay_culprits(tmp_path: Path) -
 def test_every_rank_that_raised_stays_a_culprit(tmp_path: Path) -> None:
     _moment_after_rank_1_raised(tmp_path, {1: "RuntimeError: a", 2: "ValueError: b"})
     assert analyze_folder(tmp_path).to_dict()["culprit_ranks"] == [1, 2]
+
+
+def test_a_rank_that_raised_before_any_peer_waited_is_still_the_culprit(tmp_path: Path) -> None:
+    """Every rank finished seq 4 and none had entered seq 5 when it dumped (the peers were still in
+    their own step, a busy host): the dumps agree, no rank waits, and yet the event is rank 1's
+    exception, which the others will wait for. It names rank 1; the verdict stays no_hang."""
+    for rank in range(3):
+        write(tmp_path, f"rank_{rank:05d}.nccl.fr.pkl", dump(collectives(4), GROUPS))
+        context = {"rank": rank, "host": "node-a", "world_size": 3, "phase": "train_step", "event": "exception-001",
+                   "reason": "exception" if rank == 1 else "peer_request", "initiator_rank": 1}
+        if rank == 1:
+            context["exception"] = "RuntimeError: injected failure"
+        (tmp_path / f"rank_{rank:05d}.context.json").write_text(json.dumps(context))
+    summary = analyze_folder(tmp_path).to_dict()
+    assert summary["culprit_ranks"] == [1] and summary["findings"] == [], summary
+    assert summary["verdict"] == "no_hang"
+    assert summary["restart_advice"]["action"] == "do_not_restart"
+    assert summary["hang_kind"] == "no_hang" and "rank 1" in summary["hang_kind_reason"], summary["hang_kind_reason"]
