@@ -46,6 +46,11 @@ class StoreUnavailable(RuntimeError):
     """No connection to the job's store now (it is retried at the next call)."""
 
 
+class StoreServerGone(StoreUnavailable):
+    """Nothing listens at the store's address any more (the connection was refused): the process
+    that served it is gone, and no value written there can be read again."""
+
+
 @dataclass(frozen=True)
 class StoreAddress:
     """Where the job's TCPStore server listens, and the plugin's key namespace on it."""
@@ -72,8 +77,8 @@ class StoreAddress:
         import torch.distributed as dist
 
         if refused(self.host, self.port, connect_timeout_seconds):
-            raise StoreUnavailable(f"nothing listens at {self.host}:{self.port} any more (connection refused): "
-                                   "the store's host process is gone")
+            raise StoreServerGone(f"nothing listens at {self.host}:{self.port} any more (connection refused): "
+                                  "the store's host process is gone")
         client = dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
                                timeout=timedelta(seconds=connect_timeout_seconds))
         return dist.PrefixStore(self.namespace, client)
@@ -142,6 +147,8 @@ class StoreClient:
         self._next_attempt = 0.0
         self._quiet_until = 0.0
         self._failures = 0
+        self.server_gone = False
+        """The last attempt to connect was refused (:class:`StoreServerGone`); a later success clears it."""
         self.reconnects = 0
         self.owned = owned
         self._closed = False
@@ -177,24 +184,28 @@ class StoreClient:
             if self._opener is None:
                 raise StoreUnavailable("the store connection was lost and cannot be reopened")
             now = self._clock()
+            down = StoreServerGone if self.server_gone else StoreUnavailable
             if now < self._next_attempt:
-                raise StoreUnavailable("the store connection is down; the next attempt is in "
-                                       f"{self._next_attempt - now:.1f} s")
+                raise down("the store connection is down; the next attempt is in "
+                           f"{self._next_attempt - now:.1f} s")
             if broken is not None and now < self._quiet_until:
                 # lost again soon after a reconnect: wait before the next one (no reconnect storm)
                 self._next_attempt = now + RECONNECT_GAP_SECONDS
                 self._store = None
-                raise StoreUnavailable(f"the store connection was lost again within {RECONNECT_GAP_SECONDS:.0f} s "
-                                       "of the last reconnect")
+                raise down(f"the store connection was lost again within {RECONNECT_GAP_SECONDS:.0f} s "
+                           "of the last reconnect")
             try:
                 store = self._opener()
             except Exception as error:  # noqa: BLE001
                 self._failures += 1
                 self._next_attempt = now + min(60.0, RECONNECT_GAP_SECONDS * 2 ** min(self._failures - 1, 4))
                 self._store = None
-                raise StoreUnavailable(f"connecting to the job's store failed: {type(error).__name__}: "
-                                       f"{str(error).splitlines()[0][:160] if str(error) else ''}") from None
+                self.server_gone = isinstance(error, StoreServerGone)
+                raise (StoreServerGone if self.server_gone else StoreUnavailable)(
+                    f"connecting to the job's store failed: {type(error).__name__}: "
+                    f"{str(error).splitlines()[0][:160] if str(error) else ''}") from None
             self._apply_timeout(store)
+            self.server_gone = False
             if broken is not None:
                 self.reconnects += 1
                 log.info("reconnected to the job's store (%d time(s) in this run)", self.reconnects)

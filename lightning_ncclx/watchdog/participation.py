@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from lightning_ncclx.config import HANG_KINDS, StallAction, WatchdogConfig, exit_code_for
 from lightning_ncclx.dump.digest import make_digest
 from lightning_ncclx.dump.writer import host_name, write_rank_dump
+from lightning_ncclx.events.connection import StoreServerGone, StoreUnavailable
 from lightning_ncclx.events.coordinator import EventCoordinator
 from lightning_ncclx.events.gather import CollectionResult, record_recovery
 from lightning_ncclx.events.keys import safe_host
@@ -92,6 +93,10 @@ class OpenEvent:
     """The initiator's process is known gone: the outcome it wrote (if any) is read without waiting
     for its bell, and without one this rank decides alone once it is stuck past its own threshold."""
     read_after_gone: bool = False
+    store_gone: str | None = None
+    """Why no word on the event can come any more: nothing listens at the job's store (its host
+    process is gone). Like a gone initiator, this rank then decides alone once it is stuck past
+    its own threshold."""
     next_gone_check: float = 0.0
     pulse: PulseWatch = field(default_factory=PulseWatch)
     """The initiator's sign of life as this rank last read it (:mod:`initiator_pulse`)."""
@@ -358,23 +363,37 @@ class EventParticipation:
             self._decide(opened)
             return
         due = self._due(opened, rung)
+        if opened.exit_job and opened.exit_order is None and rt.clock() < opened.give_up_at:
+            self._initiator_gone(opened, read_store=False)
         waiting_to_leave = opened.exit_order is not None or (opened.exit_job and (
-            rt.clock() >= opened.give_up_at or self._initiator_gone(opened, read_store=False)))
+            rt.clock() >= opened.give_up_at or opened.store_gone is not None or opened.initiator_gone))
         if not due and not waiting_to_leave:
             return
+        try:
+            if not self._read_event(opened, due):
+                return
+        except StoreServerGone as error:
+            if not opened.exit_job:
+                raise
+            self._note_store_gone(opened, error)
+        self._maybe_exit(opened)
+
+    def _read_event(self, opened: OpenEvent, due: bool) -> bool:
+        """Serve the initiator's want and read the outcome; False when the event is over here."""
+        rt = self.rt
         if opened.awaiting_want:
             self._serve_want(opened)
         if not opened.pending:
             self.open.pop(opened.event.number, None)
-            return
+            return False
         read_already = opened.initiator_gone and opened.read_after_gone  # a dead initiator writes nothing more
-        if opened.exit_order is None and (due or not read_already):
+        if opened.exit_order is None and opened.store_gone is None and (due or not read_already):
             opened.read_after_gone = opened.initiator_gone
             outcome = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
             if outcome is not None and outcome.recovered:
                 if opened.may_recover and opened.moved_reported:
                     self._recovered(opened, outcome.lasted_seconds)
-                    return
+                    return False
                 rt.coordinator.refuse(f"{opened.event.name}: said to have recovered, but this rank has not moved on"
                                       if opened.may_recover else f"{opened.event.name}: a recovery of a "
                                       f"{opened.event.reason} event")
@@ -382,7 +401,15 @@ class EventParticipation:
             opened.exit_order = outcome
             if outcome is None and opened.exit_job and due:
                 self._initiator_gone(opened, read_store=True)
-        self._maybe_exit(opened)
+        return True
+
+    def _note_store_gone(self, opened: OpenEvent, error: StoreServerGone) -> None:
+        if opened.store_gone is None:
+            opened.store_gone = str(error).splitlines()[0][:200] if str(error) else "connection refused"
+            opened.awaiting_want = False  # nobody can ask for this rank's dump any more
+            log.warning("[rank %d] %s: the job's store is gone (%s): no word on how the event ends can come; this "
+                        "rank leaves alone once its own step has been stuck past its threshold", self.rt.rank,
+                        opened.event.name, opened.store_gone)
 
     def _initiator_gone(self, opened: OpenEvent, *, read_store: bool) -> bool:
         """Whether the initiator's process is known gone: on this host through ``/proc`` (every
@@ -408,6 +435,9 @@ class EventParticipation:
                 log.warning("[rank %d] %s: the summarizing rank %d has given no sign of life for %.0f s (its host's "
                             "/proc is not this rank's to read): reading how the event ended now instead of waiting "
                             "for its word", rt.rank, opened.event.name, rank, opened.pulse.stopped_for(rt.clock()))
+        except StoreServerGone as error:
+            if opened.exit_job:
+                self._note_store_gone(opened, error)
         except Exception:  # noqa: BLE001 - without liveness, wait for the initiator as before
             log.debug("checking the initiator's process failed", exc_info=True)
         return opened.initiator_gone
@@ -529,10 +559,13 @@ class EventParticipation:
                             opened.event.name, order.code, stuck_for, bar, rt.config.consensus.multiplier)
             return
         if order is None:
-            if rt.clock() < opened.give_up_at and not opened.initiator_gone:
+            if rt.clock() < opened.give_up_at and not opened.initiator_gone and opened.store_gone is None:
                 return
             code = rt.config.exit_code
-            if opened.initiator_gone:
+            if opened.store_gone is not None:
+                log.error("[rank %d] %s: the job's store is gone, so no word on how the event ended can come; this "
+                          "rank is stuck for %.1f s: leaving with %d", rt.rank, opened.event.name, stuck_for, code)
+            elif opened.initiator_gone:
                 log.error("[rank %d] %s: the summarizing rank %d is gone without saying how the event ended; this "
                           "rank is stuck for %.1f s: leaving with %d", rt.rank, opened.event.name,
                           opened.event.initiator, stuck_for, code)
@@ -540,7 +573,10 @@ class EventParticipation:
                 log.error("[rank %d] %s: the summarizing rank never said how the event ended; this rank is stuck "
                           "for %.1f s: leaving with %d", rt.rank, opened.event.name, stuck_for, code)
         else:
-            latest = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
+            try:
+                latest = rt.coordinator.outcome(opened.event, rt.allowed_exit_codes(), HANG_KINDS)
+            except StoreUnavailable:
+                latest = None  # the order already read stands
             order = latest if latest is not None and latest.exit else order  # the initiator's last word
             code = int(order.code if order.code is not None else rt.config.exit_code)
             rt.report_kind(opened.event, order.kind, order.advice)

@@ -184,19 +184,22 @@ def test_a_sigkilled_culprit_still_pages_exactly_once(tmp_path: Path, alert_job:
     assert (folder / "alert-trigger.json").is_file()
 
 
+@pytest.mark.parametrize("noticer", [2, 0], ids=["another_rank", "the_store_host"])
 def test_a_sender_sigkilled_as_it_sends_is_taken_over_by_one_other_rank(tmp_path: Path, alert_job: None,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         noticer: int) -> None:
     """Rank 1 is stuck; the rank that summarized the stall is SIGKILLed at the moment it would
     deliver the trigger (the file is written, every sink pending). A surviving rank on the host
     sees the sender's process gone, claims the takeover and sends: exactly one trigger arrives.
-    Rank 2 notices first (rank 0 hosts the store: its death takes the store with it, a case of
-    its own in docs/alerts.md)."""
+    Where the sender is rank 0, the store's host, its death takes the store with it: the alert
+    file alone decides the takeover, and every other rank still leaves through the event (the
+    summarizing rank seen gone in ``/proc``), not after the event's whole give-up window."""
     marker = tmp_path / "killed-sender"
     with alert_server(tmp_path / "server") as server:
         _alerts_env(monkeypatch, server.url("/hook/x"), server.url("/pd"), confirm=4.0)
         monkeypatch.setenv("NCCLX_TEST_KILL_SENDER", str(marker))
         result = harness.run_ranks_by_hand(tmp_path, 3, "--fault", "stuck_train", "--fault-rank", "1",
-                                           "--noticer-rank", "2", "--slow-rank-threshold", "30", timeout=200.0)
+                                           "--noticer-rank", str(noticer), "--slow-rank-threshold", "30", timeout=200.0)
         assert marker.is_file(), result.log[-6000:]
         killed = int(marker.read_text())
         folder = _one_event(result, "stall-")
@@ -212,3 +215,8 @@ def test_a_sender_sigkilled_as_it_sends_is_taken_over_by_one_other_rank(tmp_path
     # a rank of its host (its process seen gone) or a watcher of the job-wide claim (left unchanged): one of them
     takeovers = result.log.count("whose process is gone: sending it") + result.log.count("has a holder that is gone")
     assert takeovers == 1, result.log[-6000:]
+    if noticer == 0:
+        assert killed == 0 and result.returncode == STALL_EXIT_CODE, result.log[-6000:]
+        assert result.log.count("the summarizing rank 0 is gone without saying how the event ended") == 2, \
+            result.log[-6000:]
+        assert "never said how the event ended" not in result.log
