@@ -29,7 +29,12 @@ read, and once it read a ``done`` record no value written after it starts a send
 client of the store can still do: delay a takeover by rewriting the key, make a watcher send in
 place of a live holder by planting a well-formed record before any watcher read ``done`` (the
 same document twice, one ``alert_id``), and choose the document a watcher that takes over
-sends."""
+sends.
+
+Without the store (its server refused connections: it was the summarizing rank's process) no
+record can be read or claimed; where that rank was alone on its host, the event's first watcher
+sends in its place (:meth:`~lightning_ncclx.alerts.notifier.AlertNotifier.watch_claim`), with
+:meth:`ClaimBoard.last_document` where it read one in time."""
 
 from __future__ import annotations
 
@@ -208,6 +213,18 @@ class ClaimBoard:
         if mine is None:
             seen.since = now  # another rank took it over a moment ago: judged from now on
         return mine
+
+    def last_document(self, number: int) -> dict[str, Any] | None:
+        """The document of the last valid record this rank read for event ``number`` (None when
+        it read none, or read ``done``)."""
+        seen = self._watched.get(number)
+        if seen is None or seen.finished or seen.last_valid is None:
+            return None
+        return seen.last_valid.document
+
+    def finish_here(self, number: int) -> None:
+        """Nothing more is sent from this rank for event ``number``."""
+        self._watched.setdefault(number, _Watched()).finished = True
 
     def finished(self, number: int) -> bool:
         """This rank read a ``done`` record for event ``number``."""

@@ -36,6 +36,7 @@ from lightning_ncclx.alerts.outbox import (
 from lightning_ncclx.alerts.sender import MAX_GENERATION, generation_of, sender_gone, sender_record
 from lightning_ncclx.alerts.sinks import CommandSink, PagerDutySink, Sink, WebhookSink
 from lightning_ncclx.config import AlertsConfig
+from lightning_ncclx.events.connection import StoreServerGone
 from lightning_ncclx.log_setup import RepeatedFailure
 
 log = logging.getLogger(__name__)
@@ -173,18 +174,22 @@ class AlertNotifier:
 
     def watch_claim(self, folder: Path, *, number: int, event: str, reason: str, initiator: int,
                     confirmed_at: float, still_confirmed: Callable[[], bool] = lambda: True,
-                    read_now: bool = True) -> bool:
+                    read_now: bool = True, initiator_alone: bool = False) -> bool:
         """A rank that follows an event its own heartbeat confirmed (at ``confirmed_at``,
         monotonic): send its trigger when the rank that holds the job-wide claim is gone (see
         :mod:`~lightning_ncclx.alerts.claim`); True when this rank took it over. Never raises.
         ``still_confirmed``: False once this rank moved past the event (:meth:`settle_claims`);
         ``read_now`` False: only noted, for :meth:`settle_claims` (not confirmed here yet: an exit
-        order may end this process before)."""
+        order may end this process before). ``initiator_alone``: the event's meta says its
+        summarizing rank served the job's store alone on its host; once that store is gone (a
+        refused connection), the first of the event's watchers sends the trigger at once: the
+        summarizing rank is gone with it, no claim can be made, and no rank of its host can take
+        the alert over."""
         board = self.claims
         if board is None or number in self._claimed or self.rank not in watchers(initiator, board.world_size):
             return False
         self._watching[number] = (dict(folder=folder, number=number, event=event, reason=reason, initiator=initiator,
-                                       confirmed_at=confirmed_at), still_confirmed)
+                                       confirmed_at=confirmed_at, initiator_alone=initiator_alone), still_confirmed)
         path = alert_path(folder, "trigger")
         if str(path) in self._sending or not read_now:
             return False
@@ -192,6 +197,16 @@ class AlertNotifier:
             held = board.watch(number, event, confirmed_at, self.takeover_hold_seconds,
                                lambda: self._fallback_document(folder, event, reason, initiator))
             self._watch_failures.succeeded()
+        except StoreServerGone:
+            if not initiator_alone or self.rank != min(watchers(initiator, board.world_size)) \
+                    or board.finished(number):
+                self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
+                return False
+            return self._send_without_store(folder, number, event, reason, initiator)
+        except Exception:  # noqa: BLE001
+            self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
+            return False
+        try:
             if held is None or held.document is None:
                 return False
             self._claimed.add(number)
@@ -206,6 +221,28 @@ class AlertNotifier:
             return True
         except Exception:  # noqa: BLE001
             self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
+            return False
+
+    def _send_without_store(self, folder: Path, number: int, event: str, reason: str, initiator: int) -> bool:
+        board = self.claims
+        assert board is not None
+        read = board.last_document(number)  # the summarizing rank's own, where this rank read it in time
+        board.finish_here(number)
+        self._claimed.add(number)
+        try:
+            document = read or self._fallback_document(folder, event, reason, initiator)
+            log.warning("[rank %d] the job's store is gone, and with it rank %d, which summarized %s and served the "
+                        "store alone on its host: sending its trigger alert as the event's first watcher", self.rank,
+                        initiator, event)
+            folder.mkdir(parents=True, exist_ok=True)
+            me = sender_record(self.rank, 1)
+            entries = {sink.name: {"settings": sink.settings(), "state": "pending", "sender": me,
+                                   "taken_over_from": initiator} for sink in self.sinks}
+            self._start(alert_path(folder, "trigger"), document, entries=entries)
+            return True
+        except Exception:  # noqa: BLE001
+            log.warning("[rank %d] sending the trigger alert of %s in place of rank %d failed", self.rank, event,
+                        initiator, exc_info=True)
             return False
 
     def settle_claims(self, poll_seconds: float = 0.2) -> None:

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lightning_ncclx.events.connection import StoreClient
+from lightning_ncclx.events.connection import StoreClient, StoreUnavailable
 from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.keys import (
     gone_key, meta_key, outcome_key, pulse_key, rank_key, roster_key, want_key,
@@ -100,6 +100,9 @@ class EventCoordinator:
         """Set by the owner: True when an event folder of that name exists (an earlier run)."""
         self.rings_doorbells = False
         """Set by the owner where ranks listen for changes (:mod:`doorbell`) instead of polling."""
+        self.serves_store = False
+        """Set by the owner: this process is the job's store server (rank 0 under Lightning's
+        launcher, SLURM and ``mp.spawn``; under torchrun the agent serves it)."""
         self.stale_after_seconds = stale_after_seconds
         """An event still open this long after it was proposed lost its initiator: not joined."""
         self.refused: list[str] = []
@@ -163,7 +166,8 @@ class EventCoordinator:
             if tried == MAX_SKIPPED_PER_CALL:
                 self._jump_past_taken()
             number = self.last_seen + 1
-            mine = EventMeta.new(number, reason, self.rank, self._wall_clock(), self._free_name(reason, number))
+            mine = EventMeta.new(number, reason, self.rank, self._wall_clock(), self._free_name(reason, number),
+                                 alone=self._alone())
             proposal = mine.to_json()
             raw = self.client.compare_set(meta_key(number), "", proposal)
             self.last_seen = number
@@ -184,6 +188,15 @@ class EventCoordinator:
         log.warning("[rank %d] no event number free up to %d: no dump now, trying again at the next poll", self.rank,
                     self.last_seen)
         return None
+
+    def _alone(self) -> bool:
+        """This process serves the store and no other rank registered on its host."""
+        if not self.serves_store or self.local.me is None:
+            return False
+        try:
+            return not self.local.peers()
+        except StoreUnavailable:
+            return False
 
     def _taken(self, number: int) -> bool:
         return self.client.check([meta_key(number)])

@@ -146,10 +146,15 @@ class EventMeta:
     opened: float | None = None
     """The initiator's wall clock when it proposed the event (unix seconds)."""
     closed: bool = False
+    alone: bool = False
+    """The initiator's process serves the job's store and no other rank shares its host: once the
+    store is gone, the initiator is gone too and no rank of its host can send its alert."""
 
     @classmethod
-    def new(cls, number: int, reason: str, initiator: int, opened: float, name: str | None = None) -> "EventMeta":
-        return cls(number, name or event_name(reason, number, initiator), reason, initiator, round(opened, 3))
+    def new(cls, number: int, reason: str, initiator: int, opened: float, name: str | None = None, *,
+            alone: bool = False) -> "EventMeta":
+        return cls(number, name or event_name(reason, number, initiator), reason, initiator, round(opened, 3),
+                   alone=alone)
 
     def to_json(self, closed: bool | None = None) -> str:
         data: dict[str, Any] = {"name": self.name, "reason": self.reason, "initiator": self.initiator}
@@ -157,6 +162,8 @@ class EventMeta:
             data["opened"] = round(self.opened, 3)
         if self.closed if closed is None else closed:
             data["closed"] = True
+        if self.alone:
+            data["alone"] = True
         return json.dumps(data)
 
     @classmethod
@@ -172,7 +179,7 @@ class EventMeta:
         opened = data.get("opened")
         return cls(number, name, reason, initiator,
                    None if opened is None else as_finite(opened, f"event {number}'s opening time", 0.0, 1e11),
-                   data.get("closed") is True)
+                   data.get("closed") is True, alone=data.get("alone") is True)
 
 
 @dataclass(frozen=True)

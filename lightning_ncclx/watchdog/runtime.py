@@ -89,6 +89,8 @@ class WatchdogRuntime:
         self.coordinator.name_taken = lambda name: (self.dump_dir / name).exists()
         self.doorbell = self._open_doorbell(job_store)
         self.coordinator.rings_doorbells = self.doorbell is not None
+        self.coordinator.serves_store = (self._store_address is not None and self.rank == 0
+                                         and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true")
         self._poll_again = True
         """Ask the store for the next event at the next tick even without a ring (at the start,
         and after an event: another may have followed it)."""
@@ -623,6 +625,7 @@ class WatchdogRuntime:
             confirmed_at += min(notifier.config.confirm_seconds, self.heartbeat.threshold(Phase.train_step))
         notifier.watch_claim(self.dump_dir / event.name, number=event.number, event=event.name,
                              reason=event.reason, initiator=event.initiator, confirmed_at=confirmed_at,
+                             initiator_alone=event.alone,
                              still_confirmed=lambda: event.reason == "exception"
                              or self.heartbeat.last.seq == opened.beat_seq or self._leaving_for == event.number,
                              read_now=self.clock() >= confirmed_at)

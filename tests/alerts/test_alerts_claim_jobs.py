@@ -25,7 +25,7 @@ from support import clean_env, kill_session, start_job
 pytestmark = pytest.mark.timeout(400)
 ALERT_JOB = Path(__file__).parent / "jobs" / "alert_job.py"
 WORLD = 3
-STALL_ARGS = ("--fault", "stuck_train", "--fault-rank", "1", "--noticer-rank", "2", "--slow-rank-threshold", "6",
+STALL_ARGS = ("--fault", "stuck_train", "--fault-rank", "1", "--slow-rank-threshold", "6",
               "--train-step-seconds", "3", "--no-auto", "--no-consensus")
 HOST_OF_ITS_OWN = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "host"]
 """A rank's own pid namespace; ``sh`` is its pid 1, so the rank can SIGKILL itself."""
@@ -54,7 +54,8 @@ def _alerts_env(webhook_url: str, pd_url: str) -> dict[str, str]:
             "NCCLX_TEST_ROUTING_KEY": "routing-key"}
 
 
-def _run_on_separate_hosts(tmp_path: Path, extra_env: dict[str, str], timeout: float = 300.0) -> harness.JobResult:
+def _run_on_separate_hosts(tmp_path: Path, extra_env: dict[str, str], timeout: float = 300.0,
+                           noticer: int = 2) -> harness.JobResult:
     """Every rank started by hand in its own pid namespace; ``returncode``: the highest exit code."""
     dump_dir = tmp_path / "dumps"
     port = str(harness.free_port())
@@ -65,7 +66,7 @@ def _run_on_separate_hosts(tmp_path: Path, extra_env: dict[str, str], timeout: f
                              "NODE_RANK": "0", "WORLD_SIZE": str(WORLD), "OMP_NUM_THREADS": "1", **extra_env})
             logs.append(tmp_path / f"rank{rank}.log")
             argv = [*HOST_OF_ITS_OWN, sys.executable, str(ALERT_JOB), "--dump-dir", str(dump_dir),
-                    "--devices", str(WORLD), *STALL_ARGS]
+                    "--devices", str(WORLD), *STALL_ARGS, "--noticer-rank", str(noticer)]
             procs.append(start_job(argv, env=env, cwd=tmp_path, log=logs[-1]))
         codes: list[int | None] = []
         for proc in procs:
@@ -133,3 +134,34 @@ def test_a_summarizing_rank_killed_as_it_sends_is_replaced_by_a_rank_of_another_
         assert killed == 2, result.log[-8000:]
         _one_trigger_from_another_host(result, server, killed)
     assert "whose process is gone: sending it" not in result.log  # no rank shares the sender's /proc
+
+
+def test_a_summarizing_rank_that_served_the_store_alone_on_its_host_killed_as_it_sends_is_replaced(
+        tmp_path: Path, separate_hosts: None) -> None:
+    """Rank 0 summarizes and is SIGKILLed as it sends: the job's store goes with it, so no claim
+    can be read or made, and no rank shares its host to take over from the alert file. The
+    event's meta said it served the store alone on its host: the event's first watcher (rank 1),
+    its own heartbeat confirming the hang, sends the trigger, and nobody else; it leaves once
+    stuck past its own threshold, not after the event's whole window."""
+    marker = tmp_path / "killed-sender"
+    with alert_server(tmp_path / "server") as server:
+        env = _alerts_env(server.url("/hook/x"), server.url("/pd/v2/enqueue"))
+        result = _run_on_separate_hosts(tmp_path, {**env, "NCCLX_TEST_KILL_SENDER": str(marker)}, noticer=0)
+        assert marker.is_file(), result.log[-8000:]
+        assert int(marker.read_text()) == 0, result.log[-8000:]
+        events = result.events("stall-")
+        assert len(events) == 1, f"{events}\n{result.log[-6000:]}"
+        hooks, pds = server.posts("/hook/"), server.posts("/pd/")
+    assert len(hooks) == 1 and len(pds) == 1, (hooks, pds, result.log[-8000:])
+    body = hooks[0]["body"]
+    assert body["action"] == "trigger" and body["event"] == events[0].name, body
+    assert pds[0]["body"]["dedup_key"] == body["dedup_key"]
+    assert result.log.count("served the store alone on its host: sending its trigger alert") == 1, result.log[-8000:]
+    assert "[rank 1] the job's store is gone, and with it rank 0" in result.log, result.log[-8000:]
+    kept = json.loads((events[0] / "alert-trigger.json").read_text())
+    assert {entry["sender"]["rank"] for entry in kept["sinks"].values()} == {1}, kept
+    assert {entry["state"] for entry in kept["sinks"].values()} == {"sent"}, kept
+    # rank 1, stuck in its own code, leaves at its own bar; rank 2 waits in gloo's all_reduce, which
+    # may raise first once rank 0's connection closes (then it leaves by that exception)
+    assert "[rank 1] stall-001: the job's store is gone, so no word on how the event ended can come" in result.log
+    assert "never said how the event ended" not in result.log, result.log[-8000:]

@@ -217,6 +217,9 @@ def test_a_sender_sigkilled_as_it_sends_is_taken_over_by_one_other_rank(tmp_path
     assert takeovers == 1, result.log[-6000:]
     if noticer == 0:
         assert killed == 0 and result.returncode == STALL_EXIT_CODE, result.log[-6000:]
-        assert result.log.count("the summarizing rank 0 is gone without saying how the event ended") == 2, \
-            result.log[-6000:]
+        # rank 1, stuck in its own code, leaves at its own bar (rank 0's process seen gone in /proc,
+        # or its store refused); rank 2, in gloo's all_reduce, may leave by the error rank 0's end raises
+        assert any(f"[rank 1] stall-001: {line}" in result.log for line in (
+            "the summarizing rank 0 is gone without saying how the event ended",
+            "the job's store is gone, so no word on how the event ended can come")), result.log[-6000:]
         assert "never said how the event ended" not in result.log

@@ -358,3 +358,17 @@ def test_announcement_round_trip_keeps_the_digest(server: Any) -> None:
     rank.announce(event, sent)
     raw = rank.client.read(rank_key(event.number, 1))
     assert Announcement.parse(1, raw) == dataclasses.replace(sent, folder="")  # a digest's carries no folder
+
+
+def test_an_events_alone_mark_is_read_only_as_the_json_true() -> None:
+    """``alone`` (the initiator served the store alone on its host) is true only where the meta
+    says exactly ``true``: anything else reads as not alone (no watcher then sends on its own)."""
+    from lightning_ncclx.events.wire import EventMeta
+
+    meta = EventMeta.new(3, "stall", 0, 1.7e9, alone=True)
+    assert EventMeta.parse(3, meta.to_json(), 4).alone
+    assert EventMeta.parse(3, meta.to_json(closed=True), 4).alone
+    for planted in ('"yes"', "1", "null", '{"a": 1}'):
+        raw = meta.to_json().replace('"alone": true', f'"alone": {planted}')
+        assert not EventMeta.parse(3, raw, 4).alone, raw
+    assert '"alone"' not in EventMeta.new(3, "stall", 0, 1.7e9).to_json()
