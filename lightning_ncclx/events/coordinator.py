@@ -194,7 +194,7 @@ class EventCoordinator:
         if not self.serves_store or self.local.me is None:
             return False
         try:
-            return not self.local.peers()
+            return not self.local.peers(fresh=True)
         except StoreUnavailable:
             return False
 

@@ -55,11 +55,12 @@ class LocalPeers:
         self.me = me
         self._cached = None
 
-    def peers(self) -> dict[int, ProcessInfo]:
-        """Rank -> process of every other rank registered in this scope (the latest line of each)."""
+    def peers(self, *, fresh: bool = False) -> dict[int, ProcessInfo]:
+        """Rank -> process of every other rank registered in this scope (the latest line of each);
+        ``fresh``: read now, not from the cache (a rank that registered a moment ago counts)."""
         if self.me is None:
             return {}
-        if self._cached is not None and self._clock() - self._read_at < CACHE_SECONDS:
+        if not fresh and self._cached is not None and self._clock() - self._read_at < CACHE_SECONDS:
             return self._cached
         try:
             raw = self.client.read(procs_key(self.me.scope)) or b""

@@ -68,3 +68,15 @@ def test_the_lines_are_read_once_per_cache_period_and_again_after_it() -> None:
     assert set(reader.peers()) == {1}  # registered since the read: seen after the cache period
     clock.advance(CACHE_SECONDS + 1)
     assert set(reader.peers()) == {1, 2} and client.reads == before + 2
+
+
+def test_a_fresh_read_sees_a_rank_that_registered_within_the_cache_period() -> None:
+    """What an event's ``alone`` mark is decided on: a rank that registered a moment ago counts."""
+    me = this_process(0)
+    assert me is not None
+    client, clock = CountedReads(), FakeClock()
+    reader = _peers(client, 0, clock)
+    reader.register(me)
+    assert reader.peers() == {}
+    _peers(client, 1, clock).register(ProcessInfo(1, me.host, me.pid, me.start_ticks, me.scope))
+    assert reader.peers() == {} and set(reader.peers(fresh=True)) == {1}
