@@ -18,7 +18,9 @@ Following (:meth:`EventParticipation.follow`, at every watchdog tick while an ev
   exception is confirmed at once). A rank obeys that exit order only once its own step has run
   for plain evidence of a hang (3x its slowest step, at least 2 s: the consensus rule), so an
   order planted in the store can never end a rank that is making progress; without any order
-  it leaves alone only after its own step threshold and the collection have passed.
+  it leaves alone only after its own step threshold and the collection have passed, or once
+  its own step threshold has passed where no order can come any more (the initiator's process
+  is gone, or the job's store refuses connections: its host process is gone).
 """
 
 from __future__ import annotations
@@ -438,6 +440,8 @@ class EventParticipation:
         except StoreServerGone as error:
             if opened.exit_job:
                 self._note_store_gone(opened, error)
+            else:
+                log.debug("checking the initiator's process: the store is gone", exc_info=True)
         except Exception:  # noqa: BLE001 - without liveness, wait for the initiator as before
             log.debug("checking the initiator's process failed", exc_info=True)
         return opened.initiator_gone
