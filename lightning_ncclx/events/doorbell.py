@@ -111,6 +111,13 @@ class Doorbell:
         if self._thread.is_alive():
             log.warning("[rank %d] the event listener did not stop within %.0f s; left behind (daemon)",
                         self.rank, STOP_JOIN_SECONDS)
+            return
+        try:
+            # a listener that saw the flag between two waits returned without taking the stop
+            # ring: the key would outlive the run (and wake the next listener of this rank)
+            self._stop_client.delete_key(self._key)
+        except Exception:  # noqa: BLE001 - the store's host went first: nothing is left to clean
+            log.debug("[rank %d] deleting this rank's bell after the stop failed", self.rank, exc_info=True)
 
     def _run(self) -> None:
         gap = RECONNECT_GAP_SECONDS

@@ -81,6 +81,41 @@ def test_stop_ends_the_thread_and_leaves_no_key(server: Any) -> None:
     assert "ncclx-doorbell-rank0" not in [t.name for t in threading.enumerate()]
 
 
+def test_a_stop_that_lands_between_two_waits_leaves_no_key(server: Any) -> None:
+    """The listener deletes a ring's bell, and before it looks at the stop flag the owner stops:
+    flag set, own bell rung. The listener returns without another wait, so the stop's bell is
+    never taken by it; ``stop`` deletes it (a clean-clone run found ``bell/1`` left after a fit)."""
+    job = client(server)
+    stopping, holding = threading.Event(), threading.Event()
+
+    class HeldAfterDelete:
+        """The listener's real connection; its delete of a ring's bell returns only once the stop
+        rang (the moment between the delete and the flag's check)."""
+
+        def __init__(self) -> None:
+            self.store = client(server)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.store, name)
+
+        def delete_key(self, key: str) -> bool:
+            deleted = self.store.delete_key(key)
+            if stopping.is_set():
+                holding.set()
+                until(lambda: job.check([key]), 5.0)
+            return deleted
+
+    bell = Doorbell(HeldAfterDelete, StoreClient(job), 2, on_ring=lambda: None)
+    bell.start()
+    assert until(lambda: bell.listening)
+    stopping.set()
+    ring_every_rank(job, 3, event_number=1)  # wakes the listener; it then waits in the delete above
+    assert holding.wait(20.0)
+    bell.stop()
+    assert not bell.listening
+    assert not job.check([bell_key(2)])
+
+
 def test_an_earlier_listeners_stop_token_is_one_ring_not_a_stop(server: Any) -> None:
     rings: list[int] = []
     job = client(server)
