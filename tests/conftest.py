@@ -14,6 +14,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from job_tests import is_job  # noqa: E402
 
+# torch's TCPStore looks up the name of each peer address (::ffff:127.0.0.1 here); where no DNS
+# server answers, glibc's resolver waits 5 s per lookup, and a store connection with it, every few
+# dozen connections. One second keeps the tests' stores (and their jobs, which inherit this) from
+# such 5 s stalls.
+os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
