@@ -14,10 +14,10 @@ $(VENV)/.installed: pyproject.toml requirements-test.txt
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-# Six pytest workers on 2 cores: the real jobs mostly wait on their ranks' steps (two workers
-# kept the 2 cores about half busy), and the jobs that start many processes at once size
-# themselves by free memory. The shared gloo dumps are made once per run by whichever worker asks
-# first (tests/analysis/conftest.py).
+# Six pytest workers on 2 cores: two kept the cores about half busy; six keep them busy from the
+# first minute to the last (vmstat), mostly with the jobs' torch and Lightning imports, and eight
+# were no faster. The jobs that start many processes at once size themselves by free memory. The
+# shared gloo dumps are made once per run by whichever worker asks first (tests/analysis/conftest.py).
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 6 tests
 
