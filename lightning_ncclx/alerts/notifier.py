@@ -213,11 +213,8 @@ class AlertNotifier:
             log.warning("[rank %d] the trigger alert of %s (summarized by rank %d) has a holder that is gone (its claim "
                         "unchanged for %g s): sending it (claim generation %d)", self.rank, event, initiator,
                         self.takeover_hold_seconds, held.generation)
-            folder.mkdir(parents=True, exist_ok=True)
-            me = sender_record(self.rank, held.generation)
-            entries = {sink.name: {"settings": sink.settings(), "state": "pending", "sender": me,
-                                   "taken_over_from": held.taken_from} for sink in self.sinks}
-            self._start(path, held.document, entries=entries, on_done=self._finisher(number, held))
+            self._send_in_place(path, held.document, held.generation, held.taken_from,
+                                on_done=self._finisher(number, held))
             return True
         except Exception:  # noqa: BLE001
             self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
@@ -234,16 +231,21 @@ class AlertNotifier:
             log.warning("[rank %d] the job's store is gone, and with it rank %d, which summarized %s and served the "
                         "store alone on its host: sending its trigger alert as the event's first watcher", self.rank,
                         initiator, event)
-            folder.mkdir(parents=True, exist_ok=True)
-            me = sender_record(self.rank, 1)
-            entries = {sink.name: {"settings": sink.settings(), "state": "pending", "sender": me,
-                                   "taken_over_from": initiator} for sink in self.sinks}
-            self._start(alert_path(folder, "trigger"), document, entries=entries)
+            self._send_in_place(alert_path(folder, "trigger"), document, 1, initiator)
             return True
         except Exception:  # noqa: BLE001
             log.warning("[rank %d] sending the trigger alert of %s in place of rank %d failed", self.rank, event,
                         initiator, exc_info=True)
             return False
+
+    def _send_in_place(self, path: Path, document: dict[str, Any], generation: int, taken_from: int | None,
+                       on_done: Callable[[], None] | None = None) -> None:
+        """Send a trigger another rank held, every sink naming this rank as its sender."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        me = sender_record(self.rank, generation)
+        entries = {sink.name: {"settings": sink.settings(), "state": "pending", "sender": me,
+                               "taken_over_from": taken_from} for sink in self.sinks}
+        self._start(path, document, entries=entries, on_done=on_done)
 
     def settle_claims(self, poll_seconds: float = 0.2) -> None:
         """Before this process ends: the claims it watches of events still confirmed here are
