@@ -18,12 +18,16 @@ demo: $(VENV)/.installed
 # first minute to the last (vmstat), mostly with the jobs' torch and Lightning imports, and eight
 # were no faster. The jobs that start many processes at once size themselves by free memory. The
 # shared gloo dumps are made once per run by whichever worker asks first (tests/analysis/conftest.py).
+# Tests go out one at a time, longest first (tests/conftest.py, tests/durations.txt), so the run
+# does not end on one long job; a module whose tests share a costly fixture is one xdist_group.
+# Bytecode caches are written even where the environment says not to (PYTHONDONTWRITEBYTECODE):
+# each of the suite's ~400 job processes and helpers would compile this package's modules again.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 6 tests
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 6 --dist loadgroup --no-loadscope-reorder tests
 
 # Everything but the real multi-process jobs (tests marked `jobs` by tests/conftest.py).
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 -m "not jobs" tests
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 -m "not jobs" tests
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]'

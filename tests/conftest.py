@@ -21,10 +21,51 @@ from job_tests import is_job  # noqa: E402
 os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
 
 
+DURATIONS = Path(__file__).with_name("durations.txt")
+UNKNOWN_JOB_SECONDS = 20.0
+"""What a job test not yet in ``durations.txt`` is taken to last."""
+
+
+def _known_durations() -> dict[str, float]:
+    known: dict[str, float] = {}
+    for line in DURATIONS.read_text().splitlines() if DURATIONS.is_file() else ():
+        seconds, _, nodeid = line.partition(" ")
+        if line and not line.startswith("#"):
+            known[nodeid] = float(seconds)
+    return known
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the job tests, and start the longest work first (by ``durations.txt``): on 2 cores
+    the suite is CPU-bound, and a long test started last would run alone at the end. A module
+    whose fixture is costly and shared by its tests is one ``xdist_group`` (``make test``
+    runs ``--dist loadgroup``), placed by the time of all its tests. Every worker sorts the
+    same way, so they agree on the order."""
+    known = _known_durations()
+    expected: dict[str, float] = {}
+    groups: dict[str, float] = {}
     for item in items:
-        if is_job(item):
+        job = is_job(item)
+        if job:
             item.add_marker(pytest.mark.jobs)
+        plain = item.nodeid.rsplit("@", 1)[0] if item.get_closest_marker("xdist_group") else item.nodeid
+        expected[item.nodeid] = known.get(plain, UNKNOWN_JOB_SECONDS if job else 0.0)
+        group = _group_of(item)
+        if group is not None:
+            groups[group] = groups.get(group, 0.0) + expected[item.nodeid]
+
+    def weight(item: pytest.Item) -> float:
+        group = _group_of(item)
+        return groups[group] if group is not None else expected[item.nodeid]
+
+    items.sort(key=lambda item: -weight(item))
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None:
+        return None
+    return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
 
 
 def _destroy_default_group() -> None:

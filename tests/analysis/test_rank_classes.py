@@ -15,6 +15,8 @@ from lightning_ncclx.analysis.rank_classes import FULL_TABLE_ROWS
 from lightning_ncclx.analysis.rank_sets import decode
 from lightning_ncclx.report import render_json
 
+pytestmark = pytest.mark.xdist_group("test_rank_classes")  # its tests share a costly module fixture: one worker
+
 
 def _job(folder: Path, world: int, culprit: int) -> None:
     groups = {"0": ("default_pg", list(range(world)))}

@@ -20,6 +20,8 @@ from lightning_ncclx.report.timeline import build_grid
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 from synth import collectives, dump, entry, write  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("test_group_names")  # its tests share a costly module fixture: one worker
+
 WORLD = 1024
 CULPRIT = 1023
 

@@ -20,6 +20,8 @@ from lightning_ncclx.report.history import find_incidents
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support import clean_env  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("test_history_store_lost")  # its tests share a costly module fixture: one worker
+
 WORKER = Path(__file__).resolve().parent / "store_lost_worker.py"
 REPO = Path(__file__).resolve().parents[2]
 

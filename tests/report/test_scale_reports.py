@@ -22,6 +22,8 @@ from lightning_ncclx.analysis.rank_sets import decode, rank_map, ungroup
 from lightning_ncclx.report import render_html, render_json, write_reports
 from lightning_ncclx.report.incident_file import read_incident
 
+pytestmark = pytest.mark.xdist_group("test_scale_reports")  # its tests share a costly module fixture: one worker
+
 WORLD = 16_384
 PER_HOST = 8
 CULPRIT = WORLD // 3 + 5

@@ -37,7 +37,8 @@ def server() -> Iterator[Any]:
 
 
 def _coordinator(server: Any, rank: int) -> EventCoordinator:
-    client = StoreClient(opener=StoreAddress("127.0.0.1", server.port).connect, op_timeout_seconds=0.5)
+    # A generous bound: a read that times out on a crowded machine is not the pulse stopping.
+    client = StoreClient(opener=StoreAddress("127.0.0.1", server.port).connect, op_timeout_seconds=5.0)
     return EventCoordinator(client, rank, WORLD)
 
 
