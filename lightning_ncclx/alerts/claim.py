@@ -222,6 +222,10 @@ class ClaimBoard:
             return None
         return seen.last_valid.document
 
+    def now(self) -> float:
+        """This board's clock (the watcher's monotonic one)."""
+        return self._clock()
+
     def finish_here(self, number: int) -> None:
         """Nothing more is sent from this rank for event ``number``."""
         self._watched.setdefault(number, _Watched()).finished = True

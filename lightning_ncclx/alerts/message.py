@@ -130,8 +130,16 @@ def resolve_document(trigger: Mapping[str, Any], lasted_seconds: float) -> dict[
     }
 
 
-def dedup_key(folder: Path, summary: Mapping[str, Any], event: str) -> str:
-    """Stable for the event's trigger and resolve, distinct between runs and folders."""
+def dedup_key(folder: Path, summary: Mapping[str, Any], event: str, opened: float | None = None) -> str:
+    """Stable for the event's trigger and resolve, distinct between runs and folders.
+
+    ``opened``: the event's opening time from its meta in the job's store (``EventMeta.opened``),
+    which every rank of the job reads alike: the key is then the same on every host whatever
+    its dump folder's path, so a trigger sent twice (the summarizing rank dies after sending,
+    before its claim says so) is one incident to PagerDuty and one ``dedup_key`` to a webhook's
+    reader. Without it (an alert made offline), the folder's path tells runs apart."""
+    if opened is not None:
+        return f"lightning-ncclx/{folder.absolute().parent.name}/{event}/{round(opened * 1000):x}"
     incident = summary.get("incident") if isinstance(summary.get("incident"), dict) else {}
     run = incident.get("run_id") or folder.absolute().parent.name
     return f"lightning-ncclx/{run}/{hashlib.sha1(str(folder.absolute()).encode()).hexdigest()[:8]}/{event}"

@@ -36,7 +36,7 @@ from lightning_ncclx.alerts.outbox import (
 from lightning_ncclx.alerts.sender import MAX_GENERATION, generation_of, sender_gone, sender_record
 from lightning_ncclx.alerts.sinks import CommandSink, PagerDutySink, Sink, WebhookSink
 from lightning_ncclx.config import AlertsConfig
-from lightning_ncclx.events.connection import StoreServerGone
+from lightning_ncclx.events.connection import StoreServerGone, StoreUnavailable
 from lightning_ncclx.log_setup import RepeatedFailure
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ class AlertNotifier:
         self._watching: dict[int, tuple[dict[str, Any], Callable[[], bool]]] = {}
         """Event number -> the arguments of :meth:`watch_claim` and whether it is still confirmed."""
         self._watch_failures = RepeatedFailure()
+        self._unanswered_since: dict[int, float] = {}
+        """Event number -> when this rank's read of its claim first failed without a refusal."""
 
     def attach_claims(self, board: ClaimBoard) -> None:
         self.claims = board
@@ -91,7 +93,7 @@ class AlertNotifier:
         return self.policy.deadline_seconds + TAKEOVER_MARGIN_SECONDS
 
     def arm(self, folder: Path, *, number: int, event: str, reason: str, exit_code: int | None,
-            claim_within_seconds: float) -> None:
+            claim_within_seconds: float, opened: float | None = None) -> None:
         """The summarizing rank, once the summary is written: the trigger it would send, in the
         store, for a watcher to send should this process be gone by then."""
         if self.claims is None:
@@ -99,13 +101,15 @@ class AlertNotifier:
         try:
             summary = read_summary(folder) or {}
             document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
-                                        dedup_key=dedup_key(folder, summary, event))
+                                        dedup_key=dedup_key(folder, summary, event, opened))
             self.claims.arm(number, document, claim_within_seconds)
         except Exception:  # noqa: BLE001 - the alert is still sent by this rank; only a takeover lacks it
             log.warning("%s: arming the job-wide alert claim failed", event, exc_info=True)
 
     def trigger(self, folder: Path, *, event: str, reason: str, exit_code: int | None,
-                number: int | None = None) -> None:
+                number: int | None = None, opened: float | None = None) -> None:
+        """Send the trigger of an event this rank summarized (once per event folder);
+        ``opened``: the event meta's (see :func:`~lightning_ncclx.alerts.message.dedup_key`)."""
         try:
             path = alert_path(folder, "trigger")
             if not claim(path):
@@ -113,7 +117,7 @@ class AlertNotifier:
                 return
             summary = read_summary(folder) or {}
             document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
-                                        dedup_key=dedup_key(folder, summary, event))
+                                        dedup_key=dedup_key(folder, summary, event, opened))
             held = self._hold(number, document)
             self._triggers[str(folder)] = self._start(path, document, on_done=self._finisher(number, held))
         except Exception:  # noqa: BLE001
@@ -174,7 +178,8 @@ class AlertNotifier:
 
     def watch_claim(self, folder: Path, *, number: int, event: str, reason: str, initiator: int,
                     confirmed_at: float, still_confirmed: Callable[[], bool] = lambda: True,
-                    read_now: bool = True, initiator_alone: bool = False) -> bool:
+                    read_now: bool = True, initiator_alone: bool = False, opened: float | None = None,
+                    initiator_host: tuple[int, ...] | None = None, on_store_host: bool = True) -> bool:
         """A rank that follows an event its own heartbeat confirmed (at ``confirmed_at``,
         monotonic): send its trigger when the rank that holds the job-wide claim is gone (see
         :mod:`~lightning_ncclx.alerts.claim`); True when this rank took it over. Never raises.
@@ -184,25 +189,39 @@ class AlertNotifier:
         summarizing rank served the job's store alone on its host; once that store is gone (a
         refused connection), the first of the event's watchers sends the trigger at once: the
         summarizing rank is gone with it, no claim can be made, and no rank of its host can take
-        the alert over."""
+        the alert over. ``initiator_host``: where the meta says the summarizing rank ran on the
+        store's host, the other ranks registered there (None: it did not); ``on_store_host``:
+        this rank runs there too. A store that answers nothing at all (no refusal: its host is
+        lost, or cut off) for the takeover hold, while this rank's heartbeat confirms the hang,
+        is taken as the loss of that host and every rank on it: the first watcher that the meta
+        does not place there sends the trigger."""
         board = self.claims
         if board is None or number in self._claimed or self.rank not in watchers(initiator, board.world_size):
             return False
         self._watching[number] = (dict(folder=folder, number=number, event=event, reason=reason, initiator=initiator,
-                                       confirmed_at=confirmed_at, initiator_alone=initiator_alone), still_confirmed)
+                                       confirmed_at=confirmed_at, initiator_alone=initiator_alone, opened=opened,
+                                       initiator_host=initiator_host, on_store_host=on_store_host),
+                                  still_confirmed)
         path = alert_path(folder, "trigger")
         if str(path) in self._sending or not read_now:
             return False
         try:
             held = board.watch(number, event, confirmed_at, self.takeover_hold_seconds,
-                               lambda: self._fallback_document(folder, event, reason, initiator))
+                               lambda: self._fallback_document(folder, event, reason, initiator, opened))
             self._watch_failures.succeeded()
+            self._unanswered_since.pop(number, None)
         except StoreServerGone:
             if not initiator_alone or self.rank != min(watchers(initiator, board.world_size)) \
                     or board.finished(number):
                 self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
                 return False
-            return self._send_without_store(folder, number, event, reason, initiator)
+            return self._send_without_store(folder, number, event, reason, initiator, opened)
+        except StoreUnavailable:
+            if self._store_host_lost(number, initiator, confirmed_at, initiator_host, on_store_host):
+                return self._send_without_store(folder, number, event, reason, initiator, opened,
+                                                host_lost=initiator_host or ())
+            self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
+            return False
         except Exception:  # noqa: BLE001
             self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
             return False
@@ -220,17 +239,39 @@ class AlertNotifier:
             self._watch_failures.failed(log, "[rank %d] watching the alert claim of %s failed", self.rank, event)
             return False
 
-    def _send_without_store(self, folder: Path, number: int, event: str, reason: str, initiator: int) -> bool:
+    def _store_host_lost(self, number: int, initiator: int, confirmed_at: float,
+                         initiator_host: tuple[int, ...] | None, on_store_host: bool) -> bool:
+        """The store has answered nothing since the first failed read of this event's claim, for
+        the takeover hold past the confirmation, the summarizing rank ran on the store's host and
+        this rank, not there, is the first watcher the meta does not place there."""
+        board = self.claims
+        if board is None or initiator_host is None or on_store_host or board.finished(number):
+            return False
+        survivors = [rank for rank in watchers(initiator, board.world_size) if rank not in initiator_host]
+        if not survivors or survivors[0] != self.rank:
+            return False
+        now = board.now()
+        since = self._unanswered_since.setdefault(number, now)
+        return now - max(since, confirmed_at) >= self.takeover_hold_seconds
+
+    def _send_without_store(self, folder: Path, number: int, event: str, reason: str, initiator: int,
+                            opened: float | None, host_lost: tuple[int, ...] | None = None) -> bool:
         board = self.claims
         assert board is not None
         read = board.last_document(number)  # the summarizing rank's own, where this rank read it in time
         board.finish_here(number)
         self._claimed.add(number)
         try:
-            document = read or self._fallback_document(folder, event, reason, initiator)
-            log.warning("[rank %d] the job's store is gone, and with it rank %d, which summarized %s and served the "
-                        "store alone on its host: sending its trigger alert as the event's first watcher", self.rank,
-                        initiator, event)
+            document = read or self._fallback_document(folder, event, reason, initiator, opened)
+            if host_lost is None:
+                log.warning("[rank %d] the job's store is gone, and with it rank %d, which summarized %s and served "
+                            "the store alone on its host: sending its trigger alert as the event's first watcher",
+                            self.rank, initiator, event)
+            else:
+                log.warning("[rank %d] the job's store has answered nothing for %g s: its host is taken to be lost, and "
+                            "with it rank %d, which summarized %s there, and ranks %s: sending its trigger alert as the "
+                            "event's first watcher on another host", self.rank, self.takeover_hold_seconds, initiator,
+                            event, list(host_lost) or "(none listed)")
             self._send_in_place(alert_path(folder, "trigger"), document, 1, initiator)
             return True
         except Exception:  # noqa: BLE001
@@ -266,13 +307,14 @@ class AlertNotifier:
                 self.watch_claim(arguments.pop("folder"), still_confirmed=still, **arguments)
             time.sleep(poll_seconds)
 
-    def _fallback_document(self, folder: Path, event: str, reason: str, initiator: int) -> dict[str, Any]:
+    def _fallback_document(self, folder: Path, event: str, reason: str, initiator: int,
+                           opened: float | None) -> dict[str, Any]:
         """What this rank knows of an event whose summarizing rank left no trigger document."""
         summary = read_summary(folder) or {
             "headline": f"{reason} event {event}: the summarizing rank {initiator} is gone and left no alert; "
                         f"its summary is on its host; this rank's dump is in {folder}"}
         return trigger_document(folder, summary, event=event, reason=reason, exit_code=None,
-                                dedup_key=dedup_key(folder, summary, event))
+                                dedup_key=dedup_key(folder, summary, event, opened))
 
     def take_over(self, folder: Path, number: int | None = None) -> list[Path]:
         """Send the alerts of ``folder`` whose sinks are still ``pending`` while the process that

@@ -99,6 +99,23 @@ def refused(host: str, port: int, timeout_seconds: float) -> bool:
         return False
 
 
+def address_is_local(host: str) -> bool:
+    """Whether ``host`` (the store's address) names this machine: a socket can be bound to it
+    only here. Loopback names every machine, as a one-host job's store address does."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    for family, kind, _, _, address in infos:
+        try:
+            with socket.socket(family, kind) as probe:
+                probe.bind((address[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def namespace_from(environ: dict[str, str] | Any) -> str:
     """``lightning_ncclx``, or ``lightning_ncclx/attempt<N>`` under torchrun's restart ``N`` (a
     restart's ranks share the agent's store with the attempts before)."""

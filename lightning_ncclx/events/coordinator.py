@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lightning_ncclx.events.connection import StoreClient, StoreUnavailable
+from lightning_ncclx.events.connection import StoreClient, StoreUnavailable, address_is_local
 from lightning_ncclx.events.doorbell import ring
 from lightning_ncclx.events.keys import (
     gone_key, meta_key, outcome_key, pulse_key, rank_key, roster_key, want_key,
@@ -103,6 +103,9 @@ class EventCoordinator:
         self.serves_store = False
         """Set by the owner: this process is the job's store server (rank 0 under Lightning's
         launcher, SLURM and ``mp.spawn``; under torchrun the agent serves it)."""
+        self.store_host_address: str | None = None
+        """Set by the owner: the address the job's store listens at (:meth:`on_store_host`)."""
+        self._on_store_host: bool | None = None
         self.stale_after_seconds = stale_after_seconds
         """An event still open this long after it was proposed lost its initiator: not joined."""
         self.refused: list[str] = []
@@ -166,8 +169,9 @@ class EventCoordinator:
             if tried == MAX_SKIPPED_PER_CALL:
                 self._jump_past_taken()
             number = self.last_seen + 1
+            alone, host_ranks = self._host_facts()
             mine = EventMeta.new(number, reason, self.rank, self._wall_clock(), self._free_name(reason, number),
-                                 alone=self._alone())
+                                 alone=alone, store_host=self.on_store_host(), host_ranks=host_ranks)
             proposal = mine.to_json()
             raw = self.client.compare_set(meta_key(number), "", proposal)
             self.last_seen = number
@@ -189,14 +193,25 @@ class EventCoordinator:
                     self.last_seen)
         return None
 
-    def _alone(self) -> bool:
-        """This process serves the store and no other rank registered on its host."""
-        if not self.serves_store or self.local.me is None:
-            return False
+    def _host_facts(self) -> tuple[bool, tuple[int, ...]]:
+        """Whether this process serves the store with no other rank registered on its host, and,
+        on the store's host, the other ranks registered there (read now)."""
+        if not self.on_store_host() or self.local.me is None:
+            return False, ()
         try:
-            return not self.local.peers(fresh=True)
+            peers = tuple(self.local.peers(fresh=True))
         except StoreUnavailable:
-            return False
+            return False, ()
+        return self.serves_store and not peers, peers
+
+    def on_store_host(self) -> bool:
+        """This rank runs on the host that serves the job's store (its own process or its host's
+        launcher agent). Found once, on the watchdog's thread (a host name may need a lookup)."""
+        if self.serves_store:
+            return True
+        if self._on_store_host is None:
+            self._on_store_host = self.store_host_address is not None and address_is_local(self.store_host_address)
+        return self._on_store_host
 
     def _taken(self, number: int) -> bool:
         return self.client.check([meta_key(number)])

@@ -28,6 +28,8 @@ from lightning_ncclx.layout import rank_prefix
 STORE_VALUE_LIMIT = 8 * 1024 * 1024
 """torch's libuv store refuses a value over 8 MiB and closes the sender's connection."""
 MAX_META_BYTES = 1024
+MAX_HOST_RANKS = 64
+"""Ranks of the initiator's host an event's meta lists (it stays under :data:`MAX_META_BYTES`)."""
 MAX_HEADER_BYTES = 8 * 1024
 MAX_DIGEST_BYTES = 1024 * 1024
 MAX_OUTCOME_BYTES = 16 * 1024
@@ -149,12 +151,19 @@ class EventMeta:
     alone: bool = False
     """The initiator's process serves the job's store and no other rank shares its host: once the
     store is gone, the initiator is gone too and no rank of its host can send its alert."""
+    store_host: bool = False
+    """The initiator runs on the host that serves the job's store (its own process or its host's
+    launcher agent): a store that stops answering may mean that host is lost, with the initiator."""
+    host_ranks: tuple[int, ...] = ()
+    """With ``store_host``: the other ranks registered on the initiator's host when the event
+    started (at most :data:`MAX_HOST_RANKS`; more are not listed), lost with it if it is."""
 
     @classmethod
     def new(cls, number: int, reason: str, initiator: int, opened: float, name: str | None = None, *,
-            alone: bool = False) -> "EventMeta":
+            alone: bool = False, store_host: bool = False, host_ranks: tuple[int, ...] = ()) -> "EventMeta":
+        listed = tuple(sorted(host_ranks))[:MAX_HOST_RANKS] if store_host else ()
         return cls(number, name or event_name(reason, number, initiator), reason, initiator, round(opened, 3),
-                   alone=alone)
+                   alone=alone, store_host=store_host, host_ranks=listed)
 
     def to_json(self, closed: bool | None = None) -> str:
         data: dict[str, Any] = {"name": self.name, "reason": self.reason, "initiator": self.initiator}
@@ -164,6 +173,9 @@ class EventMeta:
             data["closed"] = True
         if self.alone:
             data["alone"] = True
+        if self.store_host:
+            data["store_host"] = True
+            data["host_ranks"] = list(self.host_ranks)
         return json.dumps(data)
 
     @classmethod
@@ -177,9 +189,21 @@ class EventMeta:
         if not is_event_name(name, reason, number, initiator):
             raise BadValue(f"event {number}'s meta: name {_show(name)} is not an event name of this protocol")
         opened = data.get("opened")
+        store_host = data.get("store_host") is True
         return cls(number, name, reason, initiator,
                    None if opened is None else as_finite(opened, f"event {number}'s opening time", 0.0, 1e11),
-                   data.get("closed") is True, alone=data.get("alone") is True)
+                   data.get("closed") is True, alone=data.get("alone") is True, store_host=store_host,
+                   host_ranks=_host_ranks(data.get("host_ranks"), world_size) if store_host else ())
+
+
+def _host_ranks(value: Any, world_size: int) -> tuple[int, ...]:
+    """A meta's ``host_ranks``: a list of at most :data:`MAX_HOST_RANKS` ranks of the job, else
+    none (it only names ranks that cannot send an alert: a wrong list costs no event)."""
+    if not isinstance(value, list) or len(value) > MAX_HOST_RANKS:
+        return ()
+    if not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world_size for r in value):
+        return ()
+    return tuple(sorted(set(value)))
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class WatchdogRuntime:
         self.coordinator.rings_doorbells = self.doorbell is not None
         self.coordinator.serves_store = (self._store_address is not None and self.rank == 0
                                          and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true")
+        self.coordinator.store_host_address = self._store_address.host if self._store_address is not None else None
         self._poll_again = True
         """Ask the store for the next event at the next tick even without a ring (at the start,
         and after an event: another may have followed it)."""
@@ -575,7 +576,7 @@ class WatchdogRuntime:
             return
         if action == "trigger":
             notifier.trigger(result.folder, event=opened.event.name, reason=opened.event.reason, exit_code=exit_code,
-                             number=opened.event.number)
+                             number=opened.event.number, opened=opened.event.opened)
         else:
             notifier.resolve(result.folder, event=opened.event.name, lasted_seconds=lasted_seconds)
 
@@ -608,7 +609,7 @@ class WatchdogRuntime:
             within = max(0.0, self.heartbeat.last.time + bar - self.clock())
         notifier.arm(result.folder, number=event.number, event=event.name, reason=event.reason,
                      exit_code=exit_code_for(result.hang_kind, self.config) if exiting else None,
-                     claim_within_seconds=within)
+                     claim_within_seconds=within, opened=event.opened)
 
     def watch_alert_claim(self, opened: Any) -> None:
         """A rank following a stall or an exception that its own heartbeat confirms (the
@@ -625,7 +626,9 @@ class WatchdogRuntime:
             confirmed_at += min(notifier.config.confirm_seconds, self.heartbeat.threshold(Phase.train_step))
         notifier.watch_claim(self.dump_dir / event.name, number=event.number, event=event.name,
                              reason=event.reason, initiator=event.initiator, confirmed_at=confirmed_at,
-                             initiator_alone=event.alone,
+                             initiator_alone=event.alone, opened=event.opened,
+                             initiator_host=event.host_ranks if event.store_host else None,
+                             on_store_host=self.coordinator.on_store_host(),
                              still_confirmed=lambda: event.reason == "exception"
                              or self.heartbeat.last.seq == opened.beat_seq or self._leaving_for == event.number,
                              read_now=self.clock() >= confirmed_at)

@@ -89,3 +89,31 @@ def test_a_resolve_waits_for_its_trigger_still_being_sent(tmp_path: Path) -> Non
     notifier.drain()
     assert journal.read_text().splitlines() == ["alert-trigger start", "alert-trigger end",
                                                 "alert-resolve start", "alert-resolve end"]
+
+
+def test_two_hosts_sending_one_events_trigger_give_it_one_dedup_key(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summarizing rank sent its trigger and died before its claim said so; a rank of another
+    host, whose dump folder has another path and no summary, sends it again. Both carry the key
+    made from the run, the event and the event meta's opening time, which every rank reads alike:
+    PagerDuty keeps one incident. Another event opened at another time has its own key."""
+    opened = 1_765_000_000.123
+    summarized = tmp_path / "node-a" / "ncclx" / "run-7" / "stall-001"
+    _summary(summarized)
+    elsewhere = tmp_path / "node-b" / "scratch" / "run-7" / "stall-001"
+    elsewhere.mkdir(parents=True)
+    with alert_server(tmp_path / "srv") as server:
+        monkeypatch.setenv("HOOK_URL", server.url("/hook"))
+        config = AlertsConfig(enabled=True, webhook=WebhookAlertConfig(url_env="HOOK_URL"))
+        for folder in (summarized, elsewhere):
+            notifier = AlertNotifier(config)
+            notifier.trigger(folder, event="stall-001", reason="stall", exit_code=75, opened=opened)
+            notifier.drain()
+        later = AlertNotifier(config)
+        (elsewhere.parent / "stall-002").mkdir()
+        later.trigger(elsewhere.parent / "stall-002", event="stall-002", reason="stall", exit_code=75,
+                      opened=opened + 600)
+        later.drain()
+        keys = [row["body"]["dedup_key"] for row in sorted(server.posts(), key=lambda row: row["time"])]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2], keys
+    assert keys[0].startswith("lightning-ncclx/run-7/stall-001/")

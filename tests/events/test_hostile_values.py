@@ -372,3 +372,25 @@ def test_an_events_alone_mark_is_read_only_as_the_json_true() -> None:
         raw = meta.to_json().replace('"alone": true', f'"alone": {planted}')
         assert not EventMeta.parse(3, raw, 4).alone, raw
     assert '"alone"' not in EventMeta.new(3, "stall", 0, 1.7e9).to_json()
+
+
+def test_an_events_store_host_mark_and_its_host_ranks_are_read_only_as_written() -> None:
+    """``store_host`` (the initiator ran on the store's host) is true only where the meta says
+    exactly ``true``; its ``host_ranks`` only as a list of at most 64 ranks of the job, else none
+    (they only name ranks that cannot send an alert: a planted list costs no event)."""
+    from lightning_ncclx.events.wire import MAX_HOST_RANKS, MAX_META_BYTES, EventMeta
+
+    meta = EventMeta.new(3, "stall", 0, 1.7e9, store_host=True, host_ranks=(2, 1))
+    parsed = EventMeta.parse(3, meta.to_json(), 4)
+    assert parsed == meta and parsed.store_host and parsed.host_ranks == (1, 2)
+    assert EventMeta.parse(3, meta.to_json(closed=True), 4).host_ranks == (1, 2)
+    for planted in ('"yes"', "1", "null", '{"a": 1}'):
+        raw = meta.to_json().replace('"store_host": true', f'"store_host": {planted}')
+        assert not EventMeta.parse(3, raw, 4).store_host and not EventMeta.parse(3, raw, 4).host_ranks, raw
+    for planted in ('"1,2"', "[1, 9]", "[-1]", "[true]", "[1.0]", "null", str(list(range(65)))):
+        raw = meta.to_json().replace('"host_ranks": [1, 2]', f'"host_ranks": {planted}')
+        assert EventMeta.parse(3, raw, 100 if planted.startswith("[0") else 4).host_ranks == (), raw
+    big = EventMeta.new(3, "stall", 16_000, 1.7e9, store_host=True, host_ranks=tuple(range(16_300, 16_384)))
+    assert len(big.host_ranks) == MAX_HOST_RANKS and len(big.to_json()) <= MAX_META_BYTES
+    assert EventMeta.parse(3, big.to_json(), 16_384) == big
+    assert '"store_host"' not in EventMeta.new(3, "stall", 0, 1.7e9, host_ranks=(1,)).to_json()
