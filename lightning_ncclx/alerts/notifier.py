@@ -245,8 +245,8 @@ class AlertNotifier:
         the takeover hold past the confirmation, the summarizing rank ran on the store's host and
         this rank, not there, is the first watcher the meta does not place there."""
         board = self.claims
-        if board is None or initiator_host is None or on_store_host or board.finished(number):
-            return False
+        if board is None or initiator_host is None or on_store_host or board.finished(number) or board.client.closed:
+            return False  # a closed client asks nothing: its failures say nothing of the store
         survivors = [rank for rank in watchers(initiator, board.world_size) if rank not in initiator_host]
         if not survivors or survivors[0] != self.rank:
             return False

@@ -185,6 +185,11 @@ class StoreClient:
             return store
         return self._reopen(None)
 
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called: every request now fails without asking the store."""
+        return self._closed
+
     def close(self) -> None:
         """Drop this client's connection now, not whenever the garbage collector frees it; a
         later request raises :class:`StoreUnavailable`."""

@@ -161,6 +161,11 @@ def test_the_first_watcher_off_the_lost_host_sends_the_armed_trigger_and_no_one_
             assert not _watch(other, folder) and not _watch(on_the_store_host, folder, on_store_host=True)
             assert not _watch(not_on_it, folder, initiator_host=None)
             assert not _watch(first, folder)  # once is all
+            closed = _watcher(relay, 2, "HOOK_URL", clock)
+            closed.claims.client.close()  # this rank's own client, closed: no word on the store
+            assert not _watch(closed, folder)
+            clock.advance(hold + 1)
+            assert not _watch(closed, folder)
         first.drain()
         posts = server.posts("/hook")
     assert len(posts) == 1, posts
