@@ -165,11 +165,11 @@ class EventCoordinator:
     def propose(self, reason: str) -> EventMeta | None:
         """Ask for an event; returns the one agreed on (this rank's, or a concurrent proposer's that is
         still being collected), or None when no number could be taken in this call."""
+        alone, host_ranks = self._host_facts()  # one read per call, however many numbers are taken
         for tried in range(MAX_SKIPPED_PER_CALL + TRIES_AFTER_JUMP):
             if tried == MAX_SKIPPED_PER_CALL:
                 self._jump_past_taken()
             number = self.last_seen + 1
-            alone, host_ranks = self._host_facts()
             mine = EventMeta.new(number, reason, self.rank, self._wall_clock(), self._free_name(reason, number),
                                  alone=alone, store_host=self.on_store_host(), host_ranks=host_ranks)
             proposal = mine.to_json()
