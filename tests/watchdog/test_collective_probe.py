@@ -73,10 +73,11 @@ def test_no_process_group_means_no_wait() -> None:
 
 def test_an_idle_gloo_rank_waits_in_nothing(gloo_world) -> None:
     """gloo updates the completed counter on its worker thread just after the caller's wait
-    returns (a loaded machine showed the last all_reduce unfinished there): idle once it settles."""
+    returns (a loaded machine showed the last all_reduce unfinished there): idle once it settles.
+    The bound is generous: a clean-clone run with both cores overloaded saw it unsettled after 10 s."""
     from watchdog.harness import wait_for
 
-    assert wait_for(lambda: _this_worlds(blocked_collectives()) == [], 10.0), blocked_collectives()
+    assert wait_for(lambda: _this_worlds(blocked_collectives()) == [], 60.0), blocked_collectives()
 
 
 def test_gloo_status_is_read_without_entries_and_each_group_reported(gloo_world, monkeypatch: pytest.MonkeyPatch) -> None:
