@@ -65,7 +65,9 @@ _TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfil
 def tar_gz(members: Iterable[TarMember]) -> bytes:
     """A gzip'd tar of exactly these members (names as given: ``../x``, ``/abs``, links...)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    # mtime=0: the same members give the same bytes (the gzip header would stamp the current second)
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as packed, \
+            tarfile.open(fileobj=packed, mode="w") as tar:
         for member in members:
             info = tarfile.TarInfo(member.name)
             info.type = _TAR_TYPES[member.kind]
