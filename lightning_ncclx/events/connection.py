@@ -16,12 +16,22 @@ the value when the key exists and ``S`` (creating nothing) when it does not. ``g
 for the key, and ``check`` then ``get`` races with a rank that deletes it. Every call runs under
 an operation timeout no longer than the watchdog's poll interval; a lost connection is reopened
 (at most once per ``RECONNECT_GAP_SECONDS``).
+
+torch's TCPStore client (2.15) ignores its timeout on a peer that accepted the connection and
+never answers (a frozen or powered-off host: the kernel gives up only after ~15 minutes of
+retransmits), both in a request and in the constructor's handshake. So each connection the
+client opens itself runs its requests on a thread of its own (:class:`_Lane`), and the caller
+waits at most :attr:`StoreClient.deadline_seconds`: past it the connection is given up
+(:class:`StoreUnanswered`), its thread left to end with the connection, and the next request
+opens a new one. At most ``MAX_UNANSWERED_LANES`` such threads are left at once; past that no new
+connection is tried until one of them ends.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import secrets
 import socket
@@ -40,10 +50,19 @@ RECONNECT_GAP_SECONDS = 5.0
 READ_CHUNK = 256
 """Keys per ``multi_get`` (about 256 KiB of digests): one answer arrives well within a poll."""
 DELETE_CHUNK = 512
+REQUEST_DEADLINE_FLOOR_SECONDS = 5.0
+"""The least a caller waits for one request before the connection counts as unanswered: a loaded
+but healthy store answers far sooner."""
+MAX_UNANSWERED_LANES = 4
 
 
 class StoreUnavailable(RuntimeError):
     """No connection to the job's store now (it is retried at the next call)."""
+
+
+class StoreUnanswered(StoreUnavailable):
+    """The store accepted a request (or a connection) and answered nothing within the deadline:
+    its host is frozen, powered off or cut off. The connection is given up."""
 
 
 class StoreServerGone(StoreUnavailable):
@@ -141,6 +160,90 @@ def _is_timeout(error: BaseException) -> bool:
     return isinstance(error, dist.DistStoreError) and "timeout" in str(error).lower()
 
 
+class _Lane:
+    """One connection's requests, run in order on a thread of its own so that each caller waits
+    at most a deadline (see the module's docstring)."""
+
+    def __init__(self, name: str) -> None:
+        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._changed = threading.Condition()
+        self.abandoned = False
+        self.closed = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def run(self, fn: Callable[[], Any], deadline_seconds: float, what: str) -> Any:
+        request = _Request(fn)
+        with self._changed:
+            if self.abandoned:
+                raise StoreUnanswered(f"the store connection was given up: {what} was not sent")
+            if self.closed:
+                raise _LaneClosed("the store connection was replaced")
+            self._requests.put(request)
+            answered = self._changed.wait_for(lambda: request.done or self.abandoned, deadline_seconds)
+            if not answered or not request.done:
+                first = not self.abandoned
+                self._abandon_locked()
+                if first:
+                    raise StoreUnanswered(f"the store answered nothing to {what} within {deadline_seconds:.0f} s; "
+                                          "the connection is given up")
+                raise StoreUnanswered(f"the store connection was given up while {what} waited")
+        if request.error is not None:
+            raise request.error
+        return request.value
+
+    def close(self) -> None:
+        """End the thread once the requests before now are answered; later ones are refused."""
+        with self._changed:
+            if not self.closed:
+                self.closed = True
+                self._requests.put(None)
+
+    def _abandon_locked(self) -> None:
+        if not self.abandoned:
+            self.abandoned = True
+            self._requests.put(None)
+            self._changed.notify_all()
+
+    def _serve(self) -> None:
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return
+            if not self.abandoned:
+                self._answer(request)
+            del request  # holds the connection until the next request otherwise
+
+    def _answer(self, request: _Request) -> None:
+        try:
+            request.value = request.fn()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
+            request.error = error
+        with self._changed:
+            request.done = True
+            self._changed.notify_all()
+        if self.abandoned and request.error is not None:
+            log.debug("a store request given up earlier ended: %s: %s", type(request.error).__name__, request.error)
+
+
+class _LaneClosed(StoreUnavailable):
+    """A request came after its connection was replaced: it is sent on the new one."""
+
+
+class _Request:
+    __slots__ = ("fn", "value", "error", "done")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
 class StoreClient:
     """One connection to the job's store with non-blocking reads, timeouts and reconnection.
 
@@ -151,7 +254,8 @@ class StoreClient:
 
     def __init__(self, store: Any = None, *, opener: Callable[[], Any] | None = None,
                  op_timeout_seconds: float = 0.5, owned: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 connect_deadline_seconds: float | None = None) -> None:
         if store is None and opener is None:
             raise ValueError("StoreClient needs a store or an opener")
         self._store = store
@@ -169,6 +273,12 @@ class StoreClient:
         self.reconnects = 0
         self.owned = owned
         self._closed = False
+        self._lane: _Lane | None = None
+        self._given_up: list[_Lane] = []
+        self.deadline_seconds = max(REQUEST_DEADLINE_FLOOR_SECONDS, 4 * op_timeout_seconds)
+        """How long a caller waits for one request on a connection this client opened itself."""
+        self.connect_deadline_seconds = (CONNECT_TIMEOUT_SECONDS + self.deadline_seconds
+                                         if connect_deadline_seconds is None else connect_deadline_seconds)
         if store is not None and owned:
             self._apply_timeout(store)
 
@@ -179,10 +289,10 @@ class StoreClient:
         except Exception:  # noqa: BLE001 - a store without timeouts (HashStore) never blocks long
             log.debug("set_timeout not supported by %s", type(store).__name__, exc_info=True)
 
-    def _current(self) -> Any:
-        store = self._store
+    def _current(self) -> tuple[Any, _Lane | None]:
+        store, lane = self._store, self._lane
         if store is not None:
-            return store
+            return store, lane
         return self._reopen(None)
 
     @property
@@ -196,13 +306,21 @@ class StoreClient:
         with self._lock:
             self._closed = True
             self._store = None
+            if self._lane is not None:
+                self._lane.close()
+                self._lane = None
 
-    def _reopen(self, broken: Any) -> Any:
+    def __del__(self) -> None:
+        lane = getattr(self, "_lane", None)
+        if lane is not None:
+            lane.close()
+
+    def _reopen(self, broken: Any) -> tuple[Any, _Lane | None]:
         with self._lock:
             if self._closed:
                 raise StoreUnavailable("this store client was closed")
             if self._store is not broken and self._store is not None:
-                return self._store  # another thread reconnected meanwhile
+                return self._store, self._lane  # another thread reconnected meanwhile
             if self._opener is None:
                 raise StoreUnavailable("the store connection was lost and cannot be reopened")
             now = self._clock()
@@ -210,18 +328,24 @@ class StoreClient:
             if now < self._next_attempt:
                 raise down("the store connection is down; the next attempt is in "
                            f"{self._next_attempt - now:.1f} s")
+            self._given_up = [lane for lane in self._given_up if lane.alive]
+            if len(self._given_up) >= MAX_UNANSWERED_LANES:
+                raise StoreUnanswered(f"{len(self._given_up)} connections to the store are still waiting for "
+                                      "an answer; no new one until one of them ends")
             if broken is not None and now < self._quiet_until:
                 # lost again soon after a reconnect: wait before the next one (no reconnect storm)
                 self._next_attempt = now + RECONNECT_GAP_SECONDS
-                self._store = None
+                self._drop_locked()
                 raise down(f"the store connection was lost again within {RECONNECT_GAP_SECONDS:.0f} s "
                            "of the last reconnect")
+            self._drop_locked()
+            lane = _Lane("ncclx-store")
             try:
-                store = self._opener()
+                store = lane.run(self._opener, self.connect_deadline_seconds, "the connection")
             except Exception as error:  # noqa: BLE001
+                self._retire(lane)
                 self._failures += 1
                 self._next_attempt = now + min(60.0, RECONNECT_GAP_SECONDS * 2 ** min(self._failures - 1, 4))
-                self._store = None
                 self.server_gone = isinstance(error, StoreServerGone)
                 raise (StoreServerGone if self.server_gone else StoreUnavailable)(
                     f"connecting to the job's store failed: {type(error).__name__}: "
@@ -234,22 +358,55 @@ class StoreClient:
             self._failures = 0
             if broken is not None:
                 self._quiet_until = now + RECONNECT_GAP_SECONDS
-            self._store = store
-            return store
+            self._store, self._lane = store, lane
+            return store, lane
+
+    def _drop_locked(self) -> None:
+        if self._lane is not None:
+            self._retire(self._lane)
+        self._store, self._lane = None, None
+
+    def _retire(self, lane: _Lane) -> None:
+        if lane.abandoned:
+            self._given_up.append(lane)
+        else:
+            lane.close()
+
+    def _give_up(self, store: Any) -> None:
+        """``store``'s connection answered nothing in time: the next request opens a new one."""
+        with self._lock:
+            if self._store is store:
+                self._drop_locked()
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
-        store = self._current()
+        store, lane = self._current()
         try:
-            return fn(store)
+            return self._send(store, lane, fn)
+        except StoreUnanswered:
+            self._give_up(store)
+            raise
+        except _LaneClosed:
+            pass
         except Exception as error:  # noqa: BLE001
             if not _is_connection_error(error) or self._opener is None:
                 raise
-        return fn(self._reopen(store))
+        store, lane = self._reopen(store)
+        try:
+            return self._send(store, lane, fn)
+        except StoreUnanswered:
+            self._give_up(store)
+            raise
 
     @property
     def raw(self) -> Any:
-        """The underlying store (opened now if needed); for calls this class does not wrap."""
-        return self._current()
+        """The underlying store (opened now if needed), for calls this class does not wrap (not
+        bounded by the deadline)."""
+        return self._current()[0]
+
+    def _send(self, store: Any, lane: _Lane | None, fn: Callable[[Any], Any]) -> Any:
+        if lane is None:
+            return fn(store)
+        return lane.run(lambda: fn(store), self.deadline_seconds, "a request")
 
     # ------------------------------------------------------------------ requests
     def read(self, key: str) -> bytes | None:

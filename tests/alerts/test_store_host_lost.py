@@ -10,8 +10,6 @@ on the old connection."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,6 +22,7 @@ from lightning_ncclx.alerts import AlertNotifier
 from lightning_ncclx.alerts.claim import ClaimBoard, watchers
 from lightning_ncclx.config import AlertsConfig, WebhookAlertConfig
 from lightning_ncclx.events.connection import StoreAddress, StoreClient
+from store_relay import LosableRelay
 from support import FakeClock
 
 WORLD = 4
@@ -31,73 +30,6 @@ NUMBER, EVENT = 1, "stall-001"
 INITIATOR, HOST_MATES = 0, (1,)
 OPENED = 1_765_000_000.5
 """The event meta's opening time (unix seconds): part of the job-wide dedup key."""
-
-
-class LosableRelay:
-    """127.0.0.1:<port> relayed to the store; :meth:`lose` ends it as a lost host would."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target = target_port
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
-        self.port = self.listener.getsockname()[1]
-        self.lost = threading.Event()
-        self.sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._accepter = threading.Thread(target=self._accept, daemon=True)
-        self._accepter.start()
-
-    def _accept(self) -> None:
-        self.listener.settimeout(0.05)
-        while not self.lost.is_set():
-            try:
-                near, _ = self.listener.accept()
-            except (socket.timeout, OSError):
-                continue
-            far = socket.create_connection(("127.0.0.1", self.target))
-            with self._lock:
-                self.sockets += [near, far]
-            for a, b in ((near, far), (far, near)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        while True:
-            try:
-                data = source.recv(65536)
-                if not data:
-                    return
-                sink.sendall(data)
-            except OSError:
-                return
-
-    def lose(self) -> None:
-        """No more relaying; the relayed connections end; a new connection attempt gets no answer
-        (the backlog is made full and nothing accepts)."""
-        self.lost.set()
-        self._accepter.join()
-        with self._lock:
-            for sock in self.sockets:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                sock.close()
-        self.listener.listen(0)
-        for _ in range(4):
-            filler = socket.socket()
-            filler.setblocking(False)
-            try:
-                filler.connect(("127.0.0.1", self.port))
-            except BlockingIOError:
-                pass
-            self.sockets.append(filler)
-
-    def close(self) -> None:
-        self.lost.set()
-        for sock in [*self.sockets, self.listener]:
-            try:
-                sock.close()
-            except OSError:
-                pass
 
 
 @pytest.fixture
@@ -114,7 +46,7 @@ def _watcher(relay: LosableRelay, rank: int, url_env: str, clock: FakeClock) -> 
                           attempts=1, deadline_seconds=4.0)
     notifier = AlertNotifier(config, rank=rank)
     client = StoreClient(opener=lambda: StoreAddress("127.0.0.1", relay.port).connect(0.5), op_timeout_seconds=0.5,
-                         clock=clock)
+                         clock=clock, connect_deadline_seconds=2.0)
     notifier.attach_claims(ClaimBoard(client, rank, WORLD, clock=clock))
     return notifier
 
@@ -126,8 +58,12 @@ def _watch(notifier: AlertNotifier, folder: Path, *, on_store_host: bool = False
                                 on_store_host=on_store_host)
 
 
+@pytest.mark.parametrize("how", ["lose", "freeze"])
 def test_the_first_watcher_off_the_lost_host_sends_the_armed_trigger_and_no_one_else(
-        relay: LosableRelay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        relay: LosableRelay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        how: str) -> None:
+    """``lose``: the host's connections end and new ones go unanswered; ``freeze``: they stay open
+    and nothing on them is answered (a frozen or powered-off host before the kernel gives up)."""
     assert watchers(INITIATOR, WORLD) == [1, 2, 3]  # rank 1 shares the lost host: rank 2 is the first one off it
     folder = tmp_path / "node-b" / "run-7" / EVENT
     folder.mkdir(parents=True)
@@ -146,7 +82,7 @@ def test_the_first_watcher_off_the_lost_host_sends_the_armed_trigger_and_no_one_
         not_on_it = _watcher(relay, 2, "HOOK_URL", clock)
         for notifier in (first, other, on_the_store_host, not_on_it):
             assert not _watch(notifier, folder)  # the claim read: armed, within its hold
-        relay.lose()  # host A, with ranks 0 and 1 and the store, is gone
+        getattr(relay, how)()  # host A, with ranks 0 and 1 and the store, is gone
         hold = first.takeover_hold_seconds
         assert not _watch(first, folder)  # the first read that gets no answer: judged from now on
         clock.advance(hold - 1)

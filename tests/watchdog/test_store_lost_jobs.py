@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from support import PYTHON, clean_env, contexts, run_job
-from watchdog.harness import JOB, REPO, run_ranks_by_hand
+from watchdog.harness import JOB, REPO, run_ranks_by_hand, start_job, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,3 +54,24 @@ def test_with_the_store_apart_from_rank_0_the_event_is_summarized_as_usual(tmp_p
     assert 0 in collection["missing_ranks"] and 0 in collection["gone_ranks"], collection
     summary = json.loads((events[0] / "summary.json").read_text())
     assert 0 in summary["ranks_missing"], summary["ranks_missing"]
+
+
+def test_a_frozen_store_host_leaves_every_other_rank_dumping_on_its_own(tmp_path: Path) -> None:
+    """Rank 0's process, which hosts the store, is stopped (``SIGSTOP``): the store keeps its
+    connections open and answers nothing, as a frozen or powered-off host does. torch's store
+    client waits for such an answer as long as the kernel keeps the connection (~15 min); the
+    plugin gives each request up after its deadline, so ranks 1 and 2, stuck in their step's
+    all_reduce past the 6 s threshold, each write their own dump into ``store-lost-001``."""
+    job = start_job(tmp_path, "--strategy", "ddp_ncclx", "--step-sleep", "0.25", "--batches", "14", "--at-batch", "6",
+                    "--fault", "freeze", "--fault-rank", "0", "--train-step-seconds", "6", "--no-auto",
+                    "--on-stall", "dump")
+    folder = job.dump_dir / "store-lost-001"
+    try:
+        dumped = wait_for(lambda: sorted(contexts(folder)) == [1, 2] if folder.is_dir() else False, 150)
+    finally:
+        job.stop()
+    assert dumped, f"{sorted(contexts(folder)) if folder.is_dir() else 'no folder'}\n{job.log()[-6000:]}"
+    for rank, ctx in contexts(folder).items():
+        assert ctx["reason"] == "stall" and "the job's store could not be reached" in ctx["store_lost"], ctx
+        assert "answered nothing" in ctx["store_lost"] or "still waiting" in ctx["store_lost"] \
+            or "connecting to the job's store failed" in ctx["store_lost"], ctx["store_lost"]

@@ -1,0 +1,145 @@
+"""A store whose host freezes (or powers off): the connections stay open and nothing is answered,
+not even a refusal. torch's TCPStore client waits for such an answer whatever its timeout, in a
+request and in a new connection's handshake, until the kernel gives up (~15 minutes). The
+plugin's client waits at most its deadline, gives the connection up, and opens a new one once the
+store answers again. A real TCPStore behind a relay (``tests/store_relay.py``) that the test
+freezes."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch.distributed as dist
+
+from lightning_ncclx.events.connection import (
+    MAX_UNANSWERED_LANES, StoreAddress, StoreClient, StoreUnanswered, StoreUnavailable,
+)
+from store_relay import LosableRelay
+from support import FakeClock
+
+GUARD_SECONDS = 60.0
+"""A call still running after this long is taken as blocked for good (torch's own behaviour)."""
+
+
+@pytest.fixture
+def relay() -> Iterator[LosableRelay]:
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    relay = LosableRelay(server.port)
+    yield relay
+    relay.close()
+    del server
+
+
+def _client(relay: LosableRelay, clock: FakeClock) -> StoreClient:
+    return StoreClient(opener=lambda: StoreAddress("127.0.0.1", relay.port).connect(1.0), op_timeout_seconds=0.5,
+                       clock=clock, connect_deadline_seconds=2.0)
+
+
+def _outcome(call: Callable[[], Any]) -> BaseException | Any:
+    """``call``'s value or error, from a thread of its own so a call blocked for good fails the
+    test instead of hanging it."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(call())
+        except BaseException as error:  # noqa: BLE001 - compared by the test
+            box.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(GUARD_SECONDS)
+    assert not worker.is_alive(), f"the call was still waiting after {GUARD_SECONDS:.0f} s"
+    return box[0]
+
+
+def _store_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ncclx-store"]
+
+
+def test_a_request_to_a_frozen_store_fails_within_the_deadline_and_a_thawed_store_is_read_again(
+        relay: LosableRelay) -> None:
+    clock = FakeClock(1000.0)
+    client = _client(relay, clock)
+    client.set("key", b"value")
+    assert client.read("key") == b"value"
+    relay.freeze()
+
+    error = _outcome(lambda: client.read("key"))
+    assert isinstance(error, StoreUnanswered), error
+    assert "answered nothing" in str(error)
+    # the next request opens a new connection, whose handshake the frozen store leaves unanswered too
+    error = _outcome(lambda: client.read("key"))
+    assert isinstance(error, StoreUnavailable) and "StoreUnanswered" in str(error), error
+
+    relay.thaw()  # the kernel gives up on the frozen connections: the threads waiting on them end
+    clock.advance(120.0)  # past the reconnect back-off
+    assert _outcome(lambda: client.read("key")) == b"value"
+    client.close()
+
+
+def test_a_store_frozen_for_good_leaves_at_most_the_cap_of_waiting_threads(relay: LosableRelay) -> None:
+    clock = FakeClock(1000.0)
+    client = _client(relay, clock)
+    assert client.read("absent") is None
+    before = len(_store_threads())
+    relay.freeze()
+    errors = []
+    for _ in range(MAX_UNANSWERED_LANES + 3):
+        errors.append(_outcome(lambda: client.read("absent")))
+        clock.advance(120.0)
+    assert all(isinstance(e, StoreUnavailable) for e in errors), errors
+    assert "still waiting for an answer" in str(errors[-1])
+    assert len(_store_threads()) - before <= MAX_UNANSWERED_LANES
+    client.close()
+    relay.thaw()
+
+
+def test_requests_of_several_threads_during_a_freeze_all_return(relay: LosableRelay) -> None:
+    """The watchdog, consensus and straggler threads share one connection: none is left waiting."""
+    client = _client(relay, FakeClock(1000.0))
+    assert client.read("absent") is None
+    relay.freeze()
+    outcomes = [_outcome_later(lambda: client.read("absent")) for _ in range(3)]
+    results = [wait() for wait in outcomes]
+    assert all(isinstance(r, StoreUnavailable) for r in results), results
+    client.close()
+    relay.thaw()
+
+
+def _outcome_later(call: Callable[[], Any]) -> Callable[[], Any]:
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(call())
+        except BaseException as error:  # noqa: BLE001
+            box.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+
+    def wait() -> Any:
+        worker.join(GUARD_SECONDS)
+        assert not worker.is_alive(), f"a call was still waiting after {GUARD_SECONDS:.0f} s"
+        return box[0]
+    return wait
+
+
+@pytest.mark.parametrize("how", ["closed", "dropped"])
+def test_a_client_closed_or_dropped_ends_its_connection_thread(relay: LosableRelay, how: str) -> None:
+    before = set(_store_threads())
+    client = _client(relay, FakeClock(1000.0))
+    assert client.read("absent") is None
+    (thread,) = set(_store_threads()) - before
+    if how == "closed":
+        client.close()
+    else:
+        del client
+        gc.collect()
+    thread.join(GUARD_SECONDS)
+    assert not thread.is_alive()
