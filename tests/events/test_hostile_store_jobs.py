@@ -109,7 +109,9 @@ def _plant_during_the_event(hostile: "_Both", world: int, seed: int, stop: "thre
         f"ev/1/rank/{world + 3}": ['{"rank": 99, "host": "..", "files": ["../../x"], "folder": "/"}'],
         f"ev/1/blob/{world + 3}": ['{"chunks": 1000000, "bytes": 1099511627776}'],
         "ev/2/meta": [json_with(plain, "name", '"../../escaped"'), json_with(plain, "initiator", "1e999"), "[]"],
-        "ev/3/meta": [json.dumps({**plain, "name": "/tmp/abs-escape"}), json_with(plain, "opened", "NaN")],
+        "ev/3/meta": [json.dumps({**plain, "name": "/tmp/abs-escape"}), json_with(plain, "opened", "NaN"),
+                      json.dumps({**plain, "store_host": True, "host_ranks": list(range(100))}),
+                      json_with(plain, "host_ranks", '"all"'), json_with(plain, "store_host", '"yes"')],
         "straggler/0/0/1": ['{"r": 1, "i": 0, "h": "..", "n": 1e999, "p": {"forward": NaN}}', "[]"],
         "cs/rank/1": ['{"rank": 1, "beat": 1e999, "step": 1, "blocked": [], "waited": NaN}', "[[[]]]"],
     }
