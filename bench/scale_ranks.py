@@ -158,7 +158,8 @@ class NewRank:
         def opener() -> CountingStore:
             return CountingStore(address.connect(), counts)
 
-        self.client = client or StoreClient(opener=opener, op_timeout_seconds=config.poll_interval_seconds)
+        self.client = client or StoreClient(opener=opener, op_timeout_seconds=config.poll_interval_seconds,
+                                            bounded=False)  # one request thread per simulated rank: see StoreClient
         self.coordinator = EventCoordinator(self.client, rank, world, stale_after_seconds=scaled(
             config.collect_timeout_seconds + 2 * EXIT_WAIT_MARGIN_SECONDS, world))
         self.coordinator.rings_doorbells = True
@@ -281,7 +282,7 @@ def client_process(port: int, ranks: list[int], world: int, protocol: str, steps
             group = rank // sharing
             if group not in shared:
                 shared[group] = StoreClient(opener=lambda: CountingStore(address.connect(), counts),
-                                            op_timeout_seconds=config.poll_interval_seconds)
+                                            op_timeout_seconds=config.poll_interval_seconds, bounded=False)
             return shared[group]
 
         sims: list[Any] = [NewRank(r, world, address, counts, config, digests[r][0], digests[r][1], scratch.files,

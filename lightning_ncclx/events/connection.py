@@ -54,6 +54,8 @@ REQUEST_DEADLINE_FLOOR_SECONDS = 5.0
 """The least a caller waits for one request before the connection counts as unanswered: a loaded
 but healthy store answers far sooner."""
 MAX_UNANSWERED_LANES = 4
+STARVED_SECONDS = 1.0
+"""A caller that wakes this much past its deadline was starved of the CPU or the GIL."""
 
 
 class StoreUnavailable(RuntimeError):
@@ -177,6 +179,12 @@ class _Lane:
         return self._thread.is_alive()
 
     def run(self, fn: Callable[[], Any], deadline_seconds: float, what: str) -> Any:
+        """``fn()`` on this lane's thread; :class:`StoreUnanswered` once it has run for
+        ``deadline_seconds`` without returning. The deadline counts from when the lane started it
+        (a request queued behind another waits for that one's deadline first), and a caller that
+        itself woke more than ``STARVED_SECONDS`` late grants another deadline: its process was
+        starved (the main thread holding the GIL, the CPU overloaded), which says nothing of the
+        store."""
         request = _Request(fn)
         with self._changed:
             if self.abandoned:
@@ -184,13 +192,21 @@ class _Lane:
             if self.closed:
                 raise _LaneClosed("the store connection was replaced")
             self._requests.put(request)
-            answered = self._changed.wait_for(lambda: request.done or self.abandoned, deadline_seconds)
-            if not answered or not request.done:
-                first = not self.abandoned
+            due = time.monotonic() + deadline_seconds
+            while not (request.done or self.abandoned):
+                if request.started is not None:
+                    due = max(due, request.started + deadline_seconds)
+                now = time.monotonic()
+                if now < due:
+                    self._changed.wait(due - now)
+                    woke = time.monotonic()
+                    if woke - due > STARVED_SECONDS and not (request.done or self.abandoned):
+                        due = woke + deadline_seconds
+                    continue
                 self._abandon_locked()
-                if first:
-                    raise StoreUnanswered(f"the store answered nothing to {what} within {deadline_seconds:.0f} s; "
-                                          "the connection is given up")
+                raise StoreUnanswered(f"the store answered nothing to {what} within {deadline_seconds:.0f} s; "
+                                      "the connection is given up")
+            if not request.done:
                 raise StoreUnanswered(f"the store connection was given up while {what} waited")
         if request.error is not None:
             raise request.error
@@ -219,6 +235,7 @@ class _Lane:
             del request  # holds the connection until the next request otherwise
 
     def _answer(self, request: _Request) -> None:
+        request.started = time.monotonic()
         try:
             request.value = request.fn()
         except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
@@ -235,10 +252,11 @@ class _LaneClosed(StoreUnavailable):
 
 
 class _Request:
-    __slots__ = ("fn", "value", "error", "done")
+    __slots__ = ("fn", "value", "error", "done", "started")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
+        self.started: float | None = None
         self.value: Any = None
         self.error: BaseException | None = None
         self.done = False
@@ -250,12 +268,14 @@ class StoreClient:
     ``opener`` makes a new connection (None: ``store`` is the only one, e.g. an in-process
     HashStore in tests). ``owned=False``: ``store`` is shared with the job (a FileStore), so its
     timeout is left alone and nothing waits on it. Thread-safe: the store client serializes
-    requests; reconnection is locked."""
+    requests; reconnection is locked. ``bounded=False``: the connections it opens are called
+    directly, without the deadline (for simulations that pack thousands of ranks into one process,
+    where that many request threads would contend for one GIL as no real rank does)."""
 
     def __init__(self, store: Any = None, *, opener: Callable[[], Any] | None = None,
                  op_timeout_seconds: float = 0.5, owned: bool = True,
                  clock: Callable[[], float] = time.monotonic,
-                 connect_deadline_seconds: float | None = None) -> None:
+                 connect_deadline_seconds: float | None = None, bounded: bool = True) -> None:
         if store is None and opener is None:
             raise ValueError("StoreClient needs a store or an opener")
         self._store = store
@@ -277,6 +297,7 @@ class StoreClient:
         self._given_up: list[_Lane] = []
         self.deadline_seconds = max(REQUEST_DEADLINE_FLOOR_SECONDS, 4 * op_timeout_seconds)
         """How long a caller waits for one request on a connection this client opened itself."""
+        self._bounded = bounded
         self.connect_deadline_seconds = (CONNECT_TIMEOUT_SECONDS + self.deadline_seconds
                                          if connect_deadline_seconds is None else connect_deadline_seconds)
         if store is not None and owned:
@@ -339,11 +360,13 @@ class StoreClient:
                 raise down(f"the store connection was lost again within {RECONNECT_GAP_SECONDS:.0f} s "
                            "of the last reconnect")
             self._drop_locked()
-            lane = _Lane("ncclx-store")
+            lane = _Lane("ncclx-store") if self._bounded else None
             try:
-                store = lane.run(self._opener, self.connect_deadline_seconds, "the connection")
+                store = self._opener() if lane is None else lane.run(self._opener, self.connect_deadline_seconds,
+                                                                     "the connection")
             except Exception as error:  # noqa: BLE001
-                self._retire(lane)
+                if lane is not None:
+                    self._retire(lane)
                 self._failures += 1
                 self._next_attempt = now + min(60.0, RECONNECT_GAP_SECONDS * 2 ** min(self._failures - 1, 4))
                 self.server_gone = isinstance(error, StoreServerGone)
@@ -463,17 +486,26 @@ class StoreClient:
         """Ignored: this client's requests keep their own short timeout."""
 
     def delete(self, keys: Sequence[str]) -> int:
-        """Delete ``keys`` (one request each: the store has no batched delete); how many went."""
+        """Delete ``keys`` (one request each: the store has no batched delete; ``DELETE_CHUNK`` of
+        them per hand-over to the connection's thread); how many went."""
         deleted = 0
-        for key in keys:
-            try:
-                if self._call(lambda s: s.delete_key(key)):
-                    deleted += 1
-            except StoreUnavailable:
-                raise
-            except Exception:  # noqa: BLE001 - a store without delete_key keeps the key
-                log.debug("deleting store key %s failed", key, exc_info=True)
+        for first in range(0, len(keys), DELETE_CHUNK):
+            chunk = list(keys[first:first + DELETE_CHUNK])
+            deleted += int(self._call(lambda s: _delete_each(s, chunk)))
         return deleted
+
+
+def _delete_each(store: Any, keys: Sequence[str]) -> int:
+    deleted = 0
+    for key in keys:
+        try:
+            if store.delete_key(key):
+                deleted += 1
+        except Exception as error:  # noqa: BLE001 - a store without delete_key keeps the key
+            if _is_connection_error(error):
+                raise
+            log.debug("deleting store key %s failed", key, exc_info=True)
+    return deleted
 
 
 # ---------------------------------------------------------------------- the shared connection
