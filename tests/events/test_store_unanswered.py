@@ -7,8 +7,10 @@ freezes."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
+import time
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
@@ -143,3 +145,36 @@ def test_a_client_closed_or_dropped_ends_its_connection_thread(relay: LosableRel
         gc.collect()
     thread.join(GUARD_SECONDS)
     assert not thread.is_alive()
+
+
+class _SlowStore:
+    """A real store whose every request first sleeps (the GIL released), so it is in flight when
+    the test's other thread takes the GIL."""
+
+    def __init__(self, store: Any, seconds: float) -> None:
+        self._store, self._seconds = store, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        def slow(*args: Any) -> Any:
+            time.sleep(self._seconds)
+            return method(*args)
+        return slow
+
+
+def test_a_request_answered_while_the_process_was_starved_of_the_gil_is_not_given_up(relay: LosableRelay) -> None:
+    """The main thread of a rank holds the GIL past the request's deadline (native code that never
+    releases it): the store answered in time, but neither the waiting caller nor the connection's
+    thread could run. The caller wakes late, so it grants another deadline instead of giving the
+    connection up."""
+    address = StoreAddress("127.0.0.1", relay.port)
+    client = StoreClient(opener=lambda: _SlowStore(address.connect(1.0), 0.3), op_timeout_seconds=0.5)
+    client.set("key", b"value")
+    client.deadline_seconds = 1.0
+    hold_gil = ctypes.PyDLL(None).usleep  # a PyDLL call keeps the GIL for its whole length
+    holder = threading.Thread(target=lambda: (time.sleep(0.1), hold_gil(3_000_000)), daemon=True)
+    holder.start()
+    assert _outcome(lambda: client.read("key")) == b"value"
+    holder.join()
+    client.close()
