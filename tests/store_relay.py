@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import socket
 import threading
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Iterator
+
+import torch.distributed as dist
 
 
 class LosableRelay:
@@ -95,3 +100,15 @@ class LosableRelay:
                 sock.close()
             except OSError:
                 pass
+
+
+@contextmanager
+def relayed_store() -> Iterator[LosableRelay]:
+    """A real TCPStore server in this process, reached only through a relay."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    relay = LosableRelay(server.port)
+    try:
+        yield relay
+    finally:
+        relay.close()
+        del server

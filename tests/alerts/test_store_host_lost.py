@@ -22,7 +22,7 @@ from lightning_ncclx.alerts import AlertNotifier
 from lightning_ncclx.alerts.claim import ClaimBoard, watchers
 from lightning_ncclx.config import AlertsConfig, WebhookAlertConfig
 from lightning_ncclx.events.connection import StoreAddress, StoreClient
-from store_relay import LosableRelay
+from store_relay import LosableRelay, relayed_store
 from support import FakeClock
 
 WORLD = 4
@@ -34,11 +34,8 @@ OPENED = 1_765_000_000.5
 
 @pytest.fixture
 def relay() -> Iterator[LosableRelay]:
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
-    relay = LosableRelay(server.port)
-    yield relay
-    relay.close()
-    del server
+    with relayed_store() as relay:
+        yield relay
 
 
 def _watcher(relay: LosableRelay, rank: int, url_env: str, clock: FakeClock) -> AlertNotifier:

@@ -11,16 +11,14 @@ import ctypes
 import gc
 import threading
 import time
-from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import pytest
-import torch.distributed as dist
 
 from lightning_ncclx.events.connection import (
     MAX_UNANSWERED_LANES, StoreAddress, StoreClient, StoreUnanswered, StoreUnavailable,
 )
-from store_relay import LosableRelay
+from store_relay import LosableRelay, relayed_store
 from support import FakeClock
 
 GUARD_SECONDS = 60.0
@@ -29,11 +27,8 @@ GUARD_SECONDS = 60.0
 
 @pytest.fixture
 def relay() -> Iterator[LosableRelay]:
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
-    relay = LosableRelay(server.port)
-    yield relay
-    relay.close()
-    del server
+    with relayed_store() as relay:
+        yield relay
 
 
 def _client(relay: LosableRelay, clock: FakeClock) -> StoreClient:
@@ -44,19 +39,7 @@ def _client(relay: LosableRelay, clock: FakeClock) -> StoreClient:
 def _outcome(call: Callable[[], Any]) -> BaseException | Any:
     """``call``'s value or error, from a thread of its own so a call blocked for good fails the
     test instead of hanging it."""
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(call())
-        except BaseException as error:  # noqa: BLE001 - compared by the test
-            box.append(error)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(GUARD_SECONDS)
-    assert not worker.is_alive(), f"the call was still waiting after {GUARD_SECONDS:.0f} s"
-    return box[0]
+    return _outcome_later(call)()
 
 
 def _store_threads() -> list[threading.Thread]:
@@ -114,6 +97,8 @@ def test_requests_of_several_threads_during_a_freeze_all_return(relay: LosableRe
 
 
 def _outcome_later(call: Callable[[], Any]) -> Callable[[], Any]:
+    """Start ``call`` on a thread; the returned function waits (``GUARD_SECONDS`` at most) for
+    its value or error."""
     box: list[Any] = []
 
     def run() -> None:
