@@ -234,7 +234,7 @@ class Consensus:
         blocked = tuple(b for b in self._probe() if b not in self._unfinished_at_start)
         p2p = tuple(sorted({P2PWait(w.backend, w.group, w.op_id, w.op, w.peer) for w in self._p2p_probe()}))
         notice = OverrunNotice(rank=self.board.rank, beat=beat.seq, step=beat.step, blocked=blocked,
-                               waited_seconds=waited, working=working and not (blocked or p2p), p2p=p2p)
+                               waited_seconds=waited, working=working, p2p=p2p)
         if not notice.same_as(posted):
             self.board.post(notice)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from lightning_ncclx.events.doorbell import ring
@@ -23,6 +24,10 @@ MAX_LOG_BYTES = 4096
 PING_KEY = "cs/ping"
 MAX_NOTICE_BYTES = 64 * 1024
 MAX_BLOCKED_LISTED = 16
+ALIGNED_COUNTER_BACKENDS = frozenset({"gloo"})
+"""Recorders whose per-group op counter counts collectives only (gloo records no send or recv),
+so the same op number is the same collective on every member. NCCL's counts p2p ops too: there
+one rank's op number says nothing about another's."""
 
 
 def notice_key(rank: int) -> str:
@@ -64,13 +69,10 @@ class OverrunNotice:
     waited_seconds: float
     """Since the heartbeat, when posted (not compared: a notice is not re-posted as time passes)."""
     working: bool = False
-    """Outside any collective with its main thread busy on a CPU (see ``WORKING_CPU_SHARE``)."""
+    """Its main thread busy on a CPU (see ``WORKING_CPU_SHARE``); the picture counts it only for a
+    rank it finds outside any collective."""
     p2p: tuple[P2PWait, ...] = ()
     """The sends and recvs it waits in. Both empty: busy outside any (compute, data loader, host code)."""
-
-    @property
-    def waiting_in_comms(self) -> bool:
-        return bool(self.blocked or self.p2p)
 
     def same_as(self, other: "OverrunNotice | None") -> bool:
         return other is not None and (self.rank, self.beat, self.blocked, self.p2p, self.working) == (
@@ -117,18 +119,33 @@ class Picture:
     """Ranks without a notice whose watchdog did not answer rank 0's ping (see ``SILENCE_SECONDS``
     of :mod:`consensus`): it cannot run (GIL held in native code, process stopped)."""
 
-    @property
+    @cached_property
     def blocked(self) -> dict[int, tuple[BlockedIn | P2PWait, ...]]:
-        """rank -> where it waits (collectives, then point-to-point ops), for the ranks that wait."""
-        return {r: (*n.blocked, *n.p2p) for r, n in sorted(self.notices.items()) if n.waiting_in_comms}
+        """rank -> where it waits (collectives, then point-to-point ops), for the ranks that wait.
+
+        A gloo collective that another member of its group has already moved past is left out:
+        that member completed it, so every member took part, and nothing is left to wait for in
+        it. A rank's recorder can still show it unfinished for a while (seen on loaded hosts, with
+        that rank's main thread long since elsewhere); where it waits, if anywhere, is not there."""
+        latest: dict[tuple[str, str], int] = {}
+        for notice in self.notices.values():
+            for b in notice.blocked:
+                if b.backend in ALIGNED_COUNTER_BACKENDS:
+                    latest[(b.backend, b.pg_id)] = max(latest.get((b.backend, b.pg_id), b.op_id), b.op_id)
+        out: dict[int, tuple[BlockedIn | P2PWait, ...]] = {}
+        for r, notice in sorted(self.notices.items()):
+            current = tuple(b for b in notice.blocked if b.op_id >= latest.get((b.backend, b.pg_id), b.op_id))
+            if current or notice.p2p:
+                out[r] = (*current, *notice.p2p)
+        return out
 
     @property
     def busy(self) -> list[int]:
-        return sorted(r for r, n in self.notices.items() if not n.waiting_in_comms)
+        return sorted(r for r in self.notices if r not in self.blocked)
 
     @property
     def working(self) -> list[int]:
-        return sorted(r for r, n in self.notices.items() if n.working and not n.waiting_in_comms)
+        return sorted(r for r, n in self.notices.items() if n.working and r not in self.blocked)
 
     @property
     def silent(self) -> list[int]:

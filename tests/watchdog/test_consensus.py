@@ -163,6 +163,36 @@ def test_a_blocked_rank_is_never_working() -> None:
     assert Picture(1, {0: notice}).working == [] and Picture(1, {0: notice}).is_hang(0.5)
 
 
+def _notice(rank: int, *blocked: BlockedIn, working: bool = False, p2p: tuple[P2PWait, ...] = ()) -> OverrunNotice:
+    return OverrunNotice(rank=rank, beat=1, step=1, blocked=blocked, waited_seconds=3.0, working=working, p2p=p2p)
+
+
+def test_a_gloo_collective_the_group_has_moved_past_is_no_wait() -> None:
+    """Ranks 0 and 2 wait in op 74 of gloo group 0, so op 73 completed there, with rank 1 in it;
+    rank 1's recorder still shows op 73 unfinished (gloo marks completion late): rank 1 is
+    outside any collective, and a busy main thread there vetoes as it would anywhere else."""
+    late = {0: _notice(0, BlockedIn("gloo", "0", 74)), 1: _notice(1, BlockedIn("gloo", "0", 73)),
+            2: _notice(2, BlockedIn("gloo", "0", 74))}
+    picture = Picture(3, late)
+    assert sorted(picture.blocked) == [0, 2] and picture.busy == [1] and picture.is_hang(0.5)
+    assert picture.describe().startswith("rank(s) 0, 2 blocked in gloo group 0 op 74; rank(s) 1 outside any collective")
+    working = Picture(3, {**late, 1: _notice(1, BlockedIn("gloo", "0", 73), working=True)})
+    assert working.working == [1] and not working.is_hang(0.5)
+    recv = P2PWait("gloo", "3", 5, "recv", 1)
+    in_recv = Picture(3, {**late, 2: _notice(2, BlockedIn("gloo", "0", 73), p2p=(recv,)),
+                          1: _notice(1)})
+    assert in_recv.blocked[2] == (recv,) and "rank(s) 2 blocked in recv from rank 1" in in_recv.describe()
+
+
+@pytest.mark.parametrize("other", [BlockedIn("gloo", "1", 74), BlockedIn("nccl", "0", 74), BlockedIn("nccl2", "0", 74)])
+def test_op_numbers_are_compared_only_within_one_gloo_group(other: BlockedIn) -> None:
+    """Another group's counter, or an NCCL counter (it counts sends and recvs too, so one rank's op
+    number is not another's), says nothing about rank 1's op 73: it still waits there."""
+    mine = BlockedIn(other.backend if other.backend != "gloo" else "gloo", "0", 73)
+    picture = Picture(3, {0: _notice(0, other), 1: _notice(1, mine), 2: _notice(2, other)})
+    assert sorted(picture.blocked) == [0, 1, 2] and picture.blocked[1] == (mine,) and picture.busy == []
+
+
 def test_a_slow_step_that_ends_withdraws_the_notices_and_is_no_hang() -> None:
     job = Job()
     job.steps(5)
@@ -297,7 +327,7 @@ def test_a_notice_that_changes_during_the_silence_needs_one_more_agreeing_poll()
     job.frozen.add(1)
     for _ in range(int(WAIT / POLL) + 2):  # notices posted, the ping out
         assert job.poll() is None
-    job.where[2] = [BlockedIn("gloo", "1", 14)]  # rank 2's notice changes meanwhile
+    job.where[2] = [BlockedIn("gloo", "2", 14)]  # rank 2's notice changes meanwhile (another group: rank 0 still waits)
     picture, polls = job.polls_until_hang()
     silence = job.detectors[0].silence_seconds
     assert picture is not None and picture.unanswered == (1,)
