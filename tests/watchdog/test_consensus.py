@@ -169,7 +169,7 @@ def _notice(rank: int, *blocked: BlockedIn, working: bool = False, p2p: tuple[P2
 
 def test_a_gloo_collective_the_group_has_moved_past_is_no_wait() -> None:
     """Ranks 0 and 2 wait in op 74 of gloo group 0, so op 73 completed there, with rank 1 in it;
-    rank 1's recorder still shows op 73 unfinished (gloo marks completion late): rank 1 is
+    rank 1's recorder still shows op 73 unfinished (gloo can mark it late): rank 1 is
     outside any collective, and a busy main thread there vetoes as it would anywhere else."""
     late = {0: _notice(0, BlockedIn("gloo", "0", 74)), 1: _notice(1, BlockedIn("gloo", "0", 73)),
             2: _notice(2, BlockedIn("gloo", "0", 74))}
@@ -188,7 +188,7 @@ def test_a_gloo_collective_the_group_has_moved_past_is_no_wait() -> None:
 def test_op_numbers_are_compared_only_within_one_gloo_group(other: BlockedIn) -> None:
     """Another group's counter, or an NCCL counter (it counts sends and recvs too, so one rank's op
     number is not another's), says nothing about rank 1's op 73: it still waits there."""
-    mine = BlockedIn(other.backend if other.backend != "gloo" else "gloo", "0", 73)
+    mine = BlockedIn(other.backend, "0", 73)
     picture = Picture(3, {0: _notice(0, other), 1: _notice(1, mine), 2: _notice(2, other)})
     assert sorted(picture.blocked) == [0, 1, 2] and picture.blocked[1] == (mine,) and picture.busy == []
 
