@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lightning_ncclx.alerts.claim import TAKEOVER_MARGIN_SECONDS, ClaimBoard, ClaimRecord, watchers
+from lightning_ncclx.alerts.claim import BEAT_SECONDS, TAKEOVER_MARGIN_SECONDS, ClaimBoard, ClaimRecord, watchers
 from lightning_ncclx.alerts.delivery import Policy, deliver
 from lightning_ncclx.alerts.message import (
     dedup_key, read_summary, resolve_document, straggler_document, trigger_document,
@@ -82,9 +82,43 @@ class AlertNotifier:
         self._watch_failures = RepeatedFailure()
         self._unanswered_since: dict[int, float] = {}
         """Event number -> when this rank's read of its claim first failed without a refusal."""
+        self._beater: threading.Thread | None = None
+        self._beater_lock = threading.Lock()
+        self._beat_failures = RepeatedFailure()
 
     def attach_claims(self, board: ClaimBoard) -> None:
+        board.hold_seconds = self.takeover_hold_seconds
         self.claims = board
+
+    def _keep_claims_alive(self) -> None:
+        """Beat the claims this rank holds (:meth:`ClaimBoard.beat`) from a daemon thread that
+        ends once none is held: nothing runs between events."""
+        board = self.claims
+        if board is None:
+            return
+        with self._beater_lock:
+            if self._beater is None:
+                self._beater = threading.Thread(target=self._beat_claims, args=(board,), name="ncclx-alert-claim",
+                                                daemon=True)
+                self._beater.start()
+
+    def _beat_claims(self, board: ClaimBoard) -> None:
+        while True:
+            time.sleep(BEAT_SECONDS)
+            try:
+                board.beat()
+                self._beat_failures.succeeded()
+            except Exception:  # noqa: BLE001 - the store's host may be gone; beating goes on until the hold ends
+                self._beat_failures.failed(log, "[rank %d] renewing the alert claim failed", self.rank)
+            with self._beater_lock:
+                if not board.holding():
+                    self._beater = None
+                    return
+
+    def release_claim(self, number: int) -> None:
+        """The summarizing rank sends no trigger for event ``number`` (it recovered or expired)."""
+        if self.claims is not None:
+            self.claims.release(number)
 
     @property
     def takeover_hold_seconds(self) -> float:
@@ -103,6 +137,7 @@ class AlertNotifier:
             document = trigger_document(folder, summary, event=event, reason=reason, exit_code=exit_code,
                                         dedup_key=dedup_key(folder, summary, event, opened))
             self.claims.arm(number, document, claim_within_seconds)
+            self._keep_claims_alive()
         except Exception:  # noqa: BLE001 - the alert is still sent by this rank; only a takeover lacks it
             log.warning("%s: arming the job-wide alert claim failed", event, exc_info=True)
 
@@ -165,7 +200,9 @@ class AlertNotifier:
         if self.claims is None or number is None:
             return None
         try:
-            return self.claims.hold(number, document)
+            held = self.claims.hold(number, document)
+            self._keep_claims_alive()
+            return held
         except Exception:  # noqa: BLE001 - sent all the same: the store only serves a takeover
             log.warning("%s: marking the job-wide alert claim failed", document.get("event"), exc_info=True)
             return None
@@ -186,7 +223,8 @@ class AlertNotifier:
         ``still_confirmed``: False once this rank moved past the event (:meth:`settle_claims`);
         ``read_now`` False: only noted, for :meth:`settle_claims` (not confirmed here yet: an exit
         order may end this process before). ``initiator_alone``: the event's meta says its
-        summarizing rank served the job's store alone on its host; once that store is gone (a
+        summarizing rank ran alone on the host that serves the job's store (its own process or its
+        launcher agent serves it); once that store is gone (a
         refused connection), the first of the event's watchers sends the trigger at once: the
         summarizing rank is gone with it, no claim can be made, and no rank of its host can take
         the alert over. ``initiator_host``: where the meta says the summarizing rank ran on the
@@ -229,9 +267,10 @@ class AlertNotifier:
             if held is None or held.document is None:
                 return False
             self._claimed.add(number)
+            self._keep_claims_alive()
             log.warning("[rank %d] the trigger alert of %s (summarized by rank %d) has a holder that is gone (its claim "
-                        "unchanged for %g s): sending it (claim generation %d)", self.rank, event, initiator,
-                        self.takeover_hold_seconds, held.generation)
+                        "unchanged for %.1f s): sending it (claim generation %d)", self.rank, event, initiator,
+                        board.quiet_for(number), held.generation)
             self._send_in_place(path, held.document, held.generation, held.taken_from,
                                 on_done=self._finisher(number, held))
             return True
@@ -264,8 +303,8 @@ class AlertNotifier:
         try:
             document = read or self._fallback_document(folder, event, reason, initiator, opened)
             if host_lost is None:
-                log.warning("[rank %d] the job's store is gone, and with it rank %d, which summarized %s and served "
-                            "the store alone on its host: sending its trigger alert as the event's first watcher",
+                log.warning("[rank %d] the job's store is gone, and with it rank %d, which summarized %s and ran "
+                            "alone on the store's host: sending its trigger alert as the event's first watcher",
                             self.rank, initiator, event)
             else:
                 log.warning("[rank %d] the job's store has answered nothing for %g s: its host is taken to be lost, and "
@@ -373,6 +412,7 @@ class AlertNotifier:
             return None
         if held is not None:
             self._claimed.add(number)
+            self._keep_claims_alive()
         return held if held is not None else False
 
     def _start(self, path: Path, document: dict[str, Any], after: threading.Thread | None = None, *,

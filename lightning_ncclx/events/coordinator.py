@@ -194,15 +194,16 @@ class EventCoordinator:
         return None
 
     def _host_facts(self) -> tuple[bool, tuple[int, ...]]:
-        """Whether this process serves the store with no other rank registered on its host, and,
-        on the store's host, the other ranks registered there (read now)."""
+        """Whether this rank runs on the store's host with no other rank registered there (its
+        own process or its host's launcher agent serves the store: an agent closes it only once
+        its ranks are gone), and, on the store's host, the other ranks registered there (read now)."""
         if not self.on_store_host() or self.local.me is None:
             return False, ()
         try:
             peers = tuple(self.local.peers(fresh=True))
         except StoreUnavailable:
             return False, ()
-        return self.serves_store and not peers, peers
+        return not peers, peers
 
     def on_store_host(self) -> bool:
         """This rank runs on the host that serves the job's store (its own process or its host's

@@ -149,8 +149,10 @@ class EventMeta:
     """The initiator's wall clock when it proposed the event (unix seconds)."""
     closed: bool = False
     alone: bool = False
-    """The initiator's process serves the job's store and no other rank shares its host: once the
-    store is gone, the initiator is gone too and no rank of its host can send its alert."""
+    """The initiator runs on the host that serves the job's store (its own process, or its host's
+    launcher agent, which closes the store only once its ranks are gone) and no other rank shares
+    that host: once the store is gone, the initiator is gone too and no rank of its host can send
+    its alert."""
     store_host: bool = False
     """The initiator runs on the host that serves the job's store (its own process or its host's
     launcher agent): a store that stops answering may mean that host is lost, with the initiator."""

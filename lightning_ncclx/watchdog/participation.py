@@ -147,6 +147,7 @@ class Runtime(Protocol):
     def alert(self, action: str, opened: "OpenEvent", *, exit_code: int | None = None,
               lasted_seconds: float = 0.0) -> None: ...
     def take_over_alerts(self, opened: "OpenEvent") -> None: ...
+    def release_alert_claim(self, event: EventMeta) -> None: ...
 
 
 class EventParticipation:
@@ -525,12 +526,16 @@ class EventParticipation:
     def _expire(self, opened: OpenEvent, why: str) -> None:
         """No longer followed: the event neither recovered nor was confirmed within its window."""
         self.open.pop(opened.event.number, None)
+        if opened.initiator and not opened.alerted:
+            self.rt.release_alert_claim(opened.event)
         log.warning("[rank %d] %s: not confirmed as a hang (%s); no longer followed", self.rt.rank,
                     opened.event.name, why)
 
     def _recovered(self, opened: OpenEvent, lasted: float | None) -> None:
         rt = self.rt
         self.open.pop(opened.event.number, None)
+        if opened.initiator and not opened.alerted:
+            rt.release_alert_claim(opened.event)
         self.recovered_events += 1
         if opened.counted:
             rt.stall_events = max(0, rt.stall_events - 1)

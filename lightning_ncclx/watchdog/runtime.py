@@ -587,6 +587,11 @@ class WatchdogRuntime:
             self.alerts.take_over(self.dump_dir / opened.event.name, opened.event.number)
             self.watch_alert_claim(opened)
 
+    def release_alert_claim(self, event: EventMeta) -> None:
+        """The summarizing rank sends no trigger for ``event`` (it recovered or expired here)."""
+        if self.alerts is not None:
+            self.alerts.release_claim(event.number)
+
     def _alert_claims(self) -> AlertNotifier | None:
         """The notifier, with the job-wide claims of :mod:`~lightning_ncclx.alerts.claim` attached."""
         notifier = self.alerts

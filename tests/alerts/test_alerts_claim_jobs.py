@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +47,58 @@ def separate_hosts() -> None:
         pytest.skip(reason)
 
 
-def _alerts_env(webhook_url: str, pd_url: str) -> dict[str, str]:
+def _alerts_env(webhook_url: str, pd_url: str, **overrides: Any) -> dict[str, str]:
     config: dict[str, Any] = {"enabled": True, "webhook": {"url_env": "NCCLX_TEST_WEBHOOK_URL"},
                               "pagerduty": {"routing_key_env": "NCCLX_TEST_ROUTING_KEY", "endpoint": pd_url},
                               "attempt_timeout_seconds": 1.0, "attempts": 2, "deadline_seconds": 4.0,
-                              "confirm_seconds": 4.0}
+                              "confirm_seconds": 4.0, **overrides}
     return {"NCCLX_TEST_ALERTS": json.dumps(config), "NCCLX_TEST_WEBHOOK_URL": webhook_url,
             "NCCLX_TEST_ROUTING_KEY": "routing-key"}
 
 
+def _rank_processes(session: int) -> list[int]:
+    """The job's own processes in one rank's session (not ``unshare`` and its ``sh``, which stand
+    for the host and pass the rank's exit status on)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == session and str(ALERT_JOB).encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return pids
+
+
+def _wait_as_a_launcher_that_ends_every_rank(procs: list[subprocess.Popen[bytes]], timeout: float,
+                                             grace: float) -> list[int | None]:
+    """What ``srun --kill-on-bad-exit`` and torchrun's agent do: once one rank exits, every other
+    rank gets SIGTERM, and SIGKILL ``grace`` seconds later."""
+    start = time.monotonic()
+    terminated_at: float | None = None
+    while time.monotonic() - start < timeout and any(proc.poll() is None for proc in procs):
+        if terminated_at is None and any(proc.poll() is not None for proc in procs):
+            terminated_at = time.monotonic()
+            for proc in procs:
+                if proc.poll() is None:
+                    for pid in _rank_processes(proc.pid):
+                        try:
+                            os.kill(pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
+        if terminated_at is not None and time.monotonic() - terminated_at >= grace:
+            for proc in procs:
+                kill_session(proc)
+        time.sleep(0.1)
+    return [proc.poll() for proc in procs]
+
+
 def _run_on_separate_hosts(tmp_path: Path, extra_env: dict[str, str], timeout: float = 300.0,
-                           noticer: int = 2) -> harness.JobResult:
-    """Every rank started by hand in its own pid namespace; ``returncode``: the highest exit code."""
+                           noticer: int = 2, launcher_grace: float | None = None) -> harness.JobResult:
+    """Every rank started by hand in its own pid namespace; ``returncode``: the highest exit code.
+    ``launcher_grace``: the ranks are ended as by a launcher that ends every rank once one exits
+    (SIGTERM, then SIGKILL that many seconds later)."""
     dump_dir = tmp_path / "dumps"
     port = str(harness.free_port())
     procs, logs = [], []
@@ -69,7 +111,9 @@ def _run_on_separate_hosts(tmp_path: Path, extra_env: dict[str, str], timeout: f
                     "--devices", str(WORLD), *STALL_ARGS, "--noticer-rank", str(noticer)]
             procs.append(start_job(argv, env=env, cwd=tmp_path, log=logs[-1]))
         codes: list[int | None] = []
-        for proc in procs:
+        if launcher_grace is not None:
+            codes = _wait_as_a_launcher_that_ends_every_rank(procs, timeout, launcher_grace)
+        for proc in procs[len(codes):]:
             try:
                 codes.append(proc.wait(timeout=timeout))
             except subprocess.TimeoutExpired:
@@ -136,6 +180,35 @@ def test_a_summarizing_rank_killed_as_it_sends_is_replaced_by_a_rank_of_another_
     assert "whose process is gone: sending it" not in result.log  # no rank shares the sender's /proc
 
 
+def test_under_a_launcher_that_ends_every_rank_a_sender_killed_on_another_host_is_replaced_in_its_grace(
+        tmp_path: Path, separate_hosts: None) -> None:
+    """``srun --kill-on-bad-exit``, torchrun's agent, Kubernetes: once the summarizing rank is
+    SIGKILLed as it sends, every other rank gets SIGTERM and, here, SIGKILL 20 s later (the
+    usual grace is 30 s). At the default ``deadline_seconds`` (20 s) a silent claim would be taken
+    over only after 25 s; the summarizing rank's claim beats, so a rank of another host takes it
+    over ``LEASE_SECONDS`` after its last beat, inside the grace: exactly one trigger arrives."""
+    marker = tmp_path / "killed-sender"
+    with alert_server(tmp_path / "server") as server:
+        env = _alerts_env(server.url("/hook/x"), server.url("/pd/v2/enqueue"), deadline_seconds=20.0)
+        result = _run_on_separate_hosts(tmp_path, {**env, "NCCLX_TEST_KILL_SENDER": str(marker)},
+                                        launcher_grace=20.0)
+        assert marker.is_file(), result.log[-8000:]
+        killed_at = marker.stat().st_mtime
+        assert int(marker.read_text()) == 2, result.log[-8000:]
+        events = result.events("stall-")
+        assert len(events) == 1, f"{events}\n{result.log[-6000:]}"
+        hooks, pds = server.posts("/hook/"), server.posts("/pd/")
+    assert len(hooks) == 1 and len(pds) == 1, (hooks, pds, result.log[-8000:])
+    body = hooks[0]["body"]
+    assert body["action"] == "trigger" and body["event"] == events[0].name and body["culprit_ranks"] == [1], body
+    assert pds[0]["body"]["dedup_key"] == body["dedup_key"]
+    assert result.log.count("is gone (its claim unchanged") == 1, result.log[-8000:]
+    kept = json.loads((events[0] / "alert-trigger.json").read_text())
+    assert {entry["sender"]["rank"] for entry in kept["sinks"].values()} <= {0, 1}, kept
+    assert {entry.get("taken_over_from") for entry in kept["sinks"].values()} == {2}, kept
+    print(f"sender killed -> trigger received: {hooks[0]['time'] - killed_at:.1f} s")
+
+
 def test_a_summarizing_rank_that_served_the_store_alone_on_its_host_killed_as_it_sends_is_replaced(
         tmp_path: Path, separate_hosts: None) -> None:
     """Rank 0 summarizes and is SIGKILLed as it sends: the job's store goes with it, so no claim
@@ -156,7 +229,7 @@ def test_a_summarizing_rank_that_served_the_store_alone_on_its_host_killed_as_it
     body = hooks[0]["body"]
     assert body["action"] == "trigger" and body["event"] == events[0].name, body
     assert pds[0]["body"]["dedup_key"] == body["dedup_key"]
-    assert result.log.count("served the store alone on its host: sending its trigger alert") == 1, result.log[-8000:]
+    assert result.log.count("alone on the store's host: sending its trigger alert") == 1, result.log[-8000:]
     assert "[rank 1] the job's store is gone, and with it rank 0" in result.log, result.log[-8000:]
     kept = json.loads((events[0] / "alert-trigger.json").read_text())
     assert {entry["sender"]["rank"] for entry in kept["sinks"].values()} == {1}, kept

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 import torch.distributed as dist
 
-from lightning_ncclx.alerts.claim import MAX_CLAIM_BYTES, ClaimBoard, ClaimRecord, watchers
+from lightning_ncclx.alerts.claim import LEASE_SECONDS, MAX_CLAIM_BYTES, ClaimBoard, ClaimRecord, watchers
 from lightning_ncclx.events.connection import StoreClient
 from lightning_ncclx.events.keys import STORE_PREFIX, alert_claim_key
 
@@ -40,6 +40,9 @@ HOSTILE: dict[str, bytes] = {
     "an alert_id with a line break": ClaimRecord(1, 0, "sending", dict(_document(), alert_id="a\r\nb")).encode(),
     "a claim delayed by a day and more": ClaimRecord(1, 0, "armed", _document(), 1e9).encode(),
     "deeply nested JSON": b"[" * 100_000 + b"]" * 100_000,
+    "a negative beat": ClaimRecord(1, 0, "sending", _document(), beat=0).encode().replace(b'"beat":0', b'"beat":-1'),
+    "a string for a beat": ClaimRecord(1, 0, "sending", _document(), beat=0).encode().replace(b'"beat":0',
+                                                                                            b'"beat":"0"'),
 }
 
 
@@ -110,16 +113,95 @@ def test_planted_claim_values_neither_hold_back_nor_double_a_trigger(server: dis
     assert [_watch(board) for board in others] == [None, None, None]
 
 
-def test_an_armed_claim_is_taken_over_with_its_document_only_after_its_own_delay(server: dist.TCPStore) -> None:
+def test_an_armed_claim_without_beats_is_taken_over_with_its_document_only_after_its_own_delay(
+        server: dist.TCPStore) -> None:
     clock = Clock()
-    initiator, watcher = _boards(server, clock, [2, 0])
-    initiator.arm(NUMBER, _document(), claim_within_seconds=30.0)
+    planter = _client(server)
+    watcher, = _boards(server, clock, [0])
+    _plant(planter, ClaimRecord(2, 0, "armed", _document(), 30.0).encode())  # no ``beat``: judged by the hold
     assert _watch(watcher) is None
     clock.now += HOLD + 29.0
     assert _watch(watcher) is None  # the summarizing rank may still be waiting for its confirmation
     clock.now += 1.5
     taken = _watch(watcher)
     assert taken is not None and taken.document == _document() and taken.generation == 1
+
+
+def _hold_for(board: ClaimBoard, seconds: float) -> None:
+    board.hold_seconds = seconds
+
+
+def test_a_holder_that_beats_is_kept_past_its_hold_and_taken_over_a_lease_after_its_last_beat(
+        server: dist.TCPStore) -> None:
+    """The summarizing rank arms its claim (it pages once its hang is confirmed, within 30 s)
+    and beats it: watchers that judge a silent record by a 60 s hold leave a beating one alone for
+    as long as it beats, and take it over ``LEASE_SECONDS`` after its last beat, not 60 s + 30 s."""
+    clock = Clock()
+    initiator, watcher, other = _boards(server, clock, [2, 0, 1])
+    _hold_for(initiator, 60.0)
+    hold = 60.0
+    initiator.arm(NUMBER, _document(), claim_within_seconds=30.0)
+
+    def watch(board: ClaimBoard) -> ClaimRecord | None:
+        return board.watch(NUMBER, EVENT, confirmed_at=0.0, hold_seconds=hold, fallback=lambda: dict(FALLBACK))
+
+    for _ in range(20):  # 20 x 4 s: past the hold and the armed delay
+        assert watch(watcher) is None and watch(other) is None
+        clock.now += 4.0
+        assert initiator.beat()
+    held = initiator.hold(NUMBER, _document())  # confirmed: it sends, and beats as it does
+    for _ in range(3):
+        assert watch(watcher) is None and watch(other) is None
+        clock.now += LEASE_SECONDS - 0.5
+        assert initiator.beat()
+    # SIGKILLed: no beat from here
+    assert watch(watcher) is None and watch(other) is None
+    clock.now += LEASE_SECONDS - 0.5
+    assert watch(watcher) is None and watch(other) is None
+    clock.now += 1.0
+    taken = [watch(watcher), watch(other)]
+    winners = [record for record in taken if record is not None]
+    assert len(winners) == 1 and winners[0].document == held.document and winners[0].generation == 1, taken
+    assert winners[0].beat == 0
+
+
+def test_a_holder_stops_beating_a_claim_another_rank_took_and_finishes_only_its_own(server: dist.TCPStore) -> None:
+    clock = Clock()
+    initiator, watcher = _boards(server, clock, [2, 0])
+    held = initiator.hold(NUMBER, _document())
+    assert _watch(watcher) is None
+    clock.now += LEASE_SECONDS + 0.1  # frozen, not dead: its claim is taken over
+    taken = _watch(watcher)
+    assert taken is not None
+    assert not initiator.beat() and not initiator.holding()  # the record is the watcher's now: left alone
+    initiator.finish(NUMBER, held)  # the frozen sender wakes and finishes: the taker's record stands
+    assert watcher.client.read(alert_claim_key(NUMBER)) == taken.encode()
+    assert watcher.beat()
+    watcher.finish(NUMBER, taken)
+    assert ClaimRecord.parse(watcher.client.read(alert_claim_key(NUMBER)), WORLD, EVENT).state == "done"
+    assert not watcher.holding()
+
+
+def test_beats_end_with_the_hold_and_on_release(server: dist.TCPStore) -> None:
+    """No claim is beaten for ever: an armed record stops at its delay plus the hold, a sending
+    one at the hold, a released one (the event recovered) at once."""
+    clock = Clock()
+    initiator, = _boards(server, clock, [2])
+    _hold_for(initiator, HOLD)
+    initiator.arm(NUMBER, _document(), claim_within_seconds=5.0)
+    clock.now += HOLD + 4.9
+    assert initiator.beat()
+    clock.now += 0.2
+    assert not initiator.beat() and not initiator.holding()
+    initiator.hold(NUMBER, _document())
+    clock.now += HOLD - 0.1
+    assert initiator.beat()
+    clock.now += 0.2
+    assert not initiator.beat()
+    initiator.arm(NUMBER + 1, _document(event="stall-002"), claim_within_seconds=5.0)
+    assert initiator.holding()
+    initiator.release(NUMBER + 1)
+    assert not initiator.holding()
 
 
 def test_a_live_holder_that_moves_on_is_never_taken_over(server: dist.TCPStore) -> None:

@@ -228,3 +228,26 @@ def test_only_processes_in_the_same_scope_are_checked_and_reported_gone() -> Non
     event = EventMeta(1, "stall-001", "stall", 0)
     assert ranks[0].check_local_peers(event) == {1}
     assert ranks[3].gone_ranks(event) == {1}
+
+
+def test_an_initiator_alone_on_the_stores_host_is_marked_alone_whoever_serves_the_store() -> None:
+    """``alone`` in the meta: no other rank registered on the store's host. Under torchrun the
+    agent serves the store, not the rank: a rank alone on that host is still alone (the agent
+    closes the store only once its ranks are gone); a peer registered there makes it not alone."""
+    import dataclasses
+
+    from lightning_ncclx.events.liveness import this_process
+
+    me = this_process(0)
+    assert me is not None
+    for served_by_the_rank in (True, False):
+        first, second, third, _ = coordinators(4)
+        first.serves_store = served_by_the_rank
+        first.store_host_address = "127.0.0.1"
+        first.register_process(me)
+        second.register_process(dataclasses.replace(me, rank=1, host="another-host", scope="other-boot/pid:[1]"))
+        meta = first.propose("stall")
+        assert meta is not None and meta.alone and meta.store_host and meta.host_ranks == (), meta
+        third.register_process(dataclasses.replace(me, rank=2))  # on the store's host too
+        shared = first.propose("stall")
+        assert shared is not None and not shared.alone and shared.host_ranks == (2,), shared

@@ -364,7 +364,7 @@ def test_announcement_round_trip_keeps_the_digest(server: Any) -> None:
 
 
 def test_an_events_alone_mark_is_read_only_as_the_json_true() -> None:
-    """``alone`` (the initiator served the store alone on its host) is true only where the meta
+    """``alone`` (the initiator ran alone on the store's host) is true only where the meta
     says exactly ``true``: anything else reads as not alone (no watcher then sends on its own)."""
     from lightning_ncclx.events.wire import EventMeta
 
