@@ -210,13 +210,13 @@ class ClaimBoard:
         return record
 
     def beat(self) -> bool:
-        """Rewrite each record this rank holds with its next beat; a record past its hold, or
-        that another rank claimed meanwhile, is no longer beaten. True while any is."""
+        """Rewrite each record this rank holds with its next beat; a record past its hold (kept,
+        for :meth:`finish` to compare against), or that another rank claimed meanwhile, is no
+        longer beaten. True while any is."""
         with self._lock:
             now = self._clock()
             for number, held in list(self._held.items()):
                 if now >= held.until:
-                    del self._held[number]
                     continue
                 current = held.record.encode()
                 following = replace(held.record, beat=(held.record.beat or 0) + 1)
@@ -227,12 +227,13 @@ class ClaimBoard:
                     del self._held[number]
                     log.info("[rank %d] the alert claim of event %d changed under it: no longer beaten here",
                              self.rank, number)
-            return bool(self._held)
+            return any(now < held.until for held in self._held.values())
 
     def holding(self) -> bool:
         """Some record of this rank is still beaten."""
         with self._lock:
-            return bool(self._held)
+            now = self._clock()
+            return any(now < held.until for held in self._held.values())
 
     def release(self, number: int) -> None:
         """No trigger will be sent for event ``number`` from here (it recovered or expired): its

@@ -235,3 +235,20 @@ def test_watchers_are_every_other_rank_in_a_small_job_and_spread_in_a_large_one(
     spread = watchers(5, 64)
     assert len(spread) == 8 and 5 not in spread
     assert len({rank // 8 for rank in spread}) >= 7  # of 8-rank hosts, at most one holds two
+
+
+def test_a_holder_past_its_hold_still_finishes_its_own_beaten_record(server: dist.TCPStore) -> None:
+    """Beats end with the hold, but the record stays the holder's: a delivery that ends after it
+    (a starved thread) still marks its last beaten record ``done``, so no watcher sends again."""
+    clock = Clock()
+    initiator, watcher = _boards(server, clock, [2, 0])
+    _hold_for(initiator, HOLD)
+    held = initiator.hold(NUMBER, _document())
+    clock.now += 1.0
+    assert initiator.beat() and initiator.beat()
+    clock.now += HOLD
+    assert not initiator.beat() and not initiator.holding()
+    initiator.finish(NUMBER, held)
+    assert ClaimRecord.parse(watcher.client.read(alert_claim_key(NUMBER)), WORLD, EVENT).state == "done"
+    clock.now += 10 * HOLD
+    assert _watch(watcher) is None
