@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -105,6 +106,10 @@ class EventCoordinator:
         launcher, SLURM and ``mp.spawn``; under torchrun the agent serves it)."""
         self.store_host_address: str | None = None
         """Set by the owner: the address the job's store listens at (:meth:`on_store_host`)."""
+        self.store_port: int | None = None
+        """Set by the owner where a launcher agent serves the store (torchrun): its port, to find
+        whether this rank's own agent is the one (:meth:`_launched_by_store_server`)."""
+        self._parent_serves: bool | None = None
         self._on_store_host: bool | None = None
         self.stale_after_seconds = stale_after_seconds
         """An event still open this long after it was proposed lost its initiator: not joined."""
@@ -194,16 +199,25 @@ class EventCoordinator:
         return None
 
     def _host_facts(self) -> tuple[bool, tuple[int, ...]]:
-        """Whether this rank runs on the store's host with no other rank registered there (its
-        own process or its host's launcher agent serves the store: an agent closes it only once
-        its ranks are gone), and, on the store's host, the other ranks registered there (read now)."""
+        """Whether this rank serves the store, or was launched by the process that does (torchrun's
+        agent), with no other rank registered on its host, and, on the store's host, the other
+        ranks registered there (read now)."""
         if not self.on_store_host() or self.local.me is None:
             return False, ()
         try:
             peers = tuple(self.local.peers(fresh=True))
         except StoreUnavailable:
             return False, ()
-        return not peers, peers
+        return (self.serves_store or self._launched_by_store_server()) and not peers, peers
+
+    def _launched_by_store_server(self) -> bool:
+        """This rank's parent process (torchrun's agent) serves the job's store: it closes the
+        store only once its ranks are gone. Found once, from ``/proc``."""
+        if self._parent_serves is None:
+            from lightning_ncclx.events.liveness import listens_on
+
+            self._parent_serves = self.store_port is not None and listens_on(os.getppid(), self.store_port)
+        return self._parent_serves
 
     def on_store_host(self) -> bool:
         """This rank runs on the host that serves the job's store (its own process or its host's

@@ -154,3 +154,35 @@ def is_gone(info: ProcessInfo) -> bool:
     """True when ``info``'s process has exited (or is a zombie, or its pid now belongs to another
     process). Only meaningful within ``info.scope``; any doubt reads as alive."""
     return _observe(info) == ""
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (of this network
+    namespace; read from ``/proc``: False where it cannot be read). Under torchrun: whether the
+    agent that launched this rank serves the job's store."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[3] == "0A" and fields[1].rpartition(":")[2] == f"{port:04X}":
+                        inodes.add(fields[9])
+        except OSError:
+            continue
+    if not inodes:
+        return False
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            target = os.readlink(f"{folder}/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False

@@ -92,6 +92,8 @@ class WatchdogRuntime:
         self.coordinator.serves_store = (self._store_address is not None and self.rank == 0
                                          and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true")
         self.coordinator.store_host_address = self._store_address.host if self._store_address is not None else None
+        if self._store_address is not None and not self.coordinator.serves_store:
+            self.coordinator.store_port = self._store_address.port
         self._poll_again = True
         """Ask the store for the next event at the next tick even without a ring (at the start,
         and after an event: another may have followed it)."""

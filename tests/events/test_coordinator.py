@@ -230,24 +230,59 @@ def test_only_processes_in_the_same_scope_are_checked_and_reported_gone() -> Non
     assert ranks[3].gone_ranks(event) == {1}
 
 
-def test_an_initiator_alone_on_the_stores_host_is_marked_alone_whoever_serves_the_store() -> None:
-    """``alone`` in the meta: no other rank registered on the store's host. Under torchrun the
-    agent serves the store, not the rank: a rank alone on that host is still alone (the agent
-    closes the store only once its ranks are gone); a peer registered there makes it not alone."""
+def test_an_initiator_alone_on_the_stores_host_is_alone_only_where_it_or_its_launcher_serves_the_store() -> None:
+    """``alone`` in the meta: this rank serves the store, or its parent process does (torchrun's
+    agent, which closes the store only once its ranks are gone), and no other rank is registered
+    on its host. A rank on the store's machine whose store another process serves (one rank per
+    container sharing the host's network) is not alone: the store's loss says nothing of it."""
     import dataclasses
 
     from lightning_ncclx.events.liveness import this_process
 
     me = this_process(0)
     assert me is not None
-    for served_by_the_rank in (True, False):
+    for serves, alone in ((True, True), (False, False)):
         first, second, third, _ = coordinators(4)
-        first.serves_store = served_by_the_rank
+        first.serves_store = serves
         first.store_host_address = "127.0.0.1"
         first.register_process(me)
         second.register_process(dataclasses.replace(me, rank=1, host="another-host", scope="other-boot/pid:[1]"))
         meta = first.propose("stall")
-        assert meta is not None and meta.alone and meta.store_host and meta.host_ranks == (), meta
+        assert meta is not None and meta.alone is alone and meta.store_host and meta.host_ranks == (), meta
         third.register_process(dataclasses.replace(me, rank=2))  # on the store's host too
         shared = first.propose("stall")
         assert shared is not None and not shared.alone and shared.host_ranks == (2,), shared
+
+
+CHILD_PROPOSES = """
+import sys
+import torch.distributed as dist
+from lightning_ncclx.events.connection import StoreClient
+from lightning_ncclx.events.coordinator import EventCoordinator
+from lightning_ncclx.events.liveness import this_process
+rank = EventCoordinator(StoreClient(dist.PrefixStore("test", dist.HashStore())), 0, 4)
+rank.store_host_address, rank.store_port = "127.0.0.1", int(sys.argv[1])
+rank.register_process(this_process(0))
+print("alone" if rank.propose("stall").alone else "not alone")
+"""
+
+
+def test_a_rank_whose_launcher_serves_the_store_alone_on_its_host_is_alone(tmp_path: Path) -> None:
+    """A real parent process listening on the store's port (as torchrun's agent does) and a
+    child rank: alone; the same child told of a port nobody here listens on: not alone."""
+    import socket
+    import subprocess
+    import sys
+
+    from support import clean_env, free_port
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        said = {}
+        for port in (server.getsockname()[1], free_port()):
+            out = subprocess.run([sys.executable, "-c", CHILD_PROPOSES, str(port)], capture_output=True, text=True,
+                                 env=clean_env(), timeout=120)
+            assert out.returncode == 0, out.stderr[-3000:]
+            said[port] = out.stdout.strip()
+    assert list(said.values()) == ["alone", "not alone"], said
