@@ -28,8 +28,31 @@ class JobResult:
         return "\n".join(self.output.splitlines()[-lines:])
 
 
+PORTS_PER_WORKER = 1500
+FIRST_PORT = 20000
+"""Ports for the jobs' stores and servers, below the kernel's ephemeral range (32768 and up on
+Linux): a port the kernel hands out with ``bind(0)`` is free only until any outgoing connection
+takes it as its source port, and another test's job did so (EADDRINUSE at the store's start).
+Each pytest worker takes ports from its own block, in turn, skipping those in use."""
+_next_port: list[int] = []
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    if not _next_port:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        index = int(worker[2:]) if worker[2:].isdigit() else 0
+        _next_port.append(FIRST_PORT + (index % 8) * PORTS_PER_WORKER + os.getpid() % PORTS_PER_WORKER)
+    for _ in range(PORTS_PER_WORKER):
+        block = (_next_port[0] - FIRST_PORT) // PORTS_PER_WORKER
+        offset = (_next_port[0] - FIRST_PORT + 1) % PORTS_PER_WORKER
+        port, _next_port[0] = _next_port[0], FIRST_PORT + block * PORTS_PER_WORKER + offset
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port still in TIME_WAIT is skipped too
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # the whole block busy: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,9 +22,10 @@ SCENARIOS = ("healthy", "skip", "op", "size", "outside", "subgroup", "wrap", "un
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """See :func:`support.free_port`."""
+    from support import free_port as below_the_ephemeral_range
+
+    return below_the_ephemeral_range()
 
 
 RANK_MEMORY_BYTES = 500 << 20

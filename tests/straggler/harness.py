@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,9 +21,10 @@ JOB_TIMEOUT_SECONDS = 240.0
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """See :func:`support.free_port`."""
+    from support import free_port as below_the_ephemeral_range
+
+    return below_the_ephemeral_range()
 
 
 @dataclass

@@ -449,16 +449,29 @@ def main() -> int:
     trainer.fit(model, loader, val)
     if args.then_validate:
         trainer.validate(model, val)
-    if args.report_store_keys and trainer.global_rank == 0:
-        report_store_keys(trainer.world_size)
+    if args.report_store_keys:
+        report_store_keys(trainer.global_rank, trainer.world_size)
     return 0
 
 
-def report_store_keys(world: int) -> None:
+FIT_RETURNED_KEY = "test/fit_returned"
+REPORT_WAIT_SECONDS = 30.0
+
+
+def report_store_keys(rank: int, world: int) -> None:
+    """Every rank counts itself once its fit returned (its watchdog and event listener stopped);
+    rank 0 then prints which keys of event 1 are left: a rank still stopping its listener sets and
+    deletes its own bell meanwhile, which is no key left."""
     from lightning_ncclx.backend.torch_api import default_store
     from lightning_ncclx.events.connection import StoreAddress
 
     store = StoreAddress.of(default_store()).connect()
+    store.add(FIT_RETURNED_KEY, 1)
+    if rank != 0:
+        return
+    deadline = time.monotonic() + REPORT_WAIT_SECONDS
+    while store.add(FIT_RETURNED_KEY, 0) < world and time.monotonic() < deadline:
+        time.sleep(0.1)
     names = ["ev/1/dumped", "ev/1/gone", "ev/1/roster", "ev/1/want", "ev/1/outcome", "ev/1/moved", "ev/1/leaving"]
     names += [f"ev/1/{kind}/{r}" for r in range(world) for kind in ("rank", "blob", "blob/0")]
     names += [f"bell/{r}" for r in range(world)]
