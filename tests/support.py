@@ -37,24 +37,35 @@ Each pytest worker takes ports from its own block, in turn, skipping those in us
 _next_port: list[int] = []
 
 
-def free_port() -> int:
+def free_port(count: int = 1) -> int:
+    """A port nothing listens on, or the first of ``count`` consecutive ones (a job whose ranks
+    each serve on port + local rank); never one handed out before by this process."""
     if not _next_port:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
         index = int(worker[2:]) if worker[2:].isdigit() else 0
-        _next_port.append(FIRST_PORT + (index % 8) * PORTS_PER_WORKER + os.getpid() % PORTS_PER_WORKER)
+        _next_port.append(os.getpid() % PORTS_PER_WORKER)
+        _next_port.append(FIRST_PORT + (index % 8) * PORTS_PER_WORKER)
+    offset, block = _next_port
     for _ in range(PORTS_PER_WORKER):
-        block = (_next_port[0] - FIRST_PORT) // PORTS_PER_WORKER
-        offset = (_next_port[0] - FIRST_PORT + 1) % PORTS_PER_WORKER
-        port, _next_port[0] = _next_port[0], FIRST_PORT + block * PORTS_PER_WORKER + offset
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port still in TIME_WAIT is skipped too
-            except OSError:
-                continue
-            return port
+        if offset + count > PORTS_PER_WORKER:
+            offset = 0
+        first = block + offset
+        offset += count
+        _next_port[0] = offset
+        if all(map(_bindable, range(first, first + count))):
+            return first
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # the whole block busy: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port still in TIME_WAIT is skipped too
+        except OSError:
+            return False
+    return True
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -41,7 +41,7 @@ def _scrape(port: int) -> dict | None:
 
 def test_metrics_are_served_and_merged_during_a_fit_and_after_a_stall(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    base = free_port()
+    base = free_port(3)  # rank r serves on base + r
     textfile = tmp_path / "textfile" / "ncclx.prom"
     monkeypatch.setenv("NCCLX_TEST_METRICS", json.dumps({"port": base, "address": "127.0.0.1",
                                                          "textfile": str(textfile), "interval_seconds": 0.5}))
