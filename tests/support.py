@@ -3,12 +3,14 @@ leave it behind."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,33 +30,51 @@ class JobResult:
         return "\n".join(self.output.splitlines()[-lines:])
 
 
-PORTS_PER_WORKER = 1500
+PORTS_PER_BLOCK = 100
+BLOCKS = 120
 FIRST_PORT = 20000
 """Ports for the jobs' stores and servers, below the kernel's ephemeral range (32768 and up on
 Linux): a port the kernel hands out with ``bind(0)`` is free only until any outgoing connection
 takes it as its source port, and another test's job did so (EADDRINUSE at the store's start).
-Each pytest worker takes ports from its own block, in turn, skipping those in use."""
+Each process takes a block of its own, held by a ``flock`` on a file for as long as it lives (so
+two pytest sessions at once never share one), and hands out its ports in turn, skipping those in
+use."""
+_block: list = []
 _next_port: list[int] = []
+
+
+def _claim_block() -> int | None:
+    folder = Path(tempfile.gettempdir()) / "ncclx-test-ports"
+    folder.mkdir(exist_ok=True)
+    for tried in range(BLOCKS):
+        number = (os.getpid() + tried) % BLOCKS
+        handle = open(folder / f"block-{number}", "a")  # noqa: SIM115 - kept open: the lock lives with it
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _block.append(handle)
+        return FIRST_PORT + number * PORTS_PER_BLOCK
+    return None
 
 
 def free_port(count: int = 1) -> int:
     """A port nothing listens on, or the first of ``count`` consecutive ones (a job whose ranks
     each serve on port + local rank); never one handed out before by this process."""
     if not _next_port:
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-        index = int(worker[2:]) if worker[2:].isdigit() else 0
-        _next_port.append(os.getpid() % PORTS_PER_WORKER)
-        _next_port.append(FIRST_PORT + (index % 8) * PORTS_PER_WORKER)
+        first = _claim_block()
+        _next_port.extend([0, first if first is not None else -1])
     offset, block = _next_port
-    for _ in range(PORTS_PER_WORKER):
-        if offset + count > PORTS_PER_WORKER:
+    for _ in range(PORTS_PER_BLOCK if block >= 0 else 0):
+        if offset + count > PORTS_PER_BLOCK:
             offset = 0
         first = block + offset
         offset += count
         _next_port[0] = offset
         if all(map(_bindable, range(first, first + count))):
             return first
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # the whole block busy: the kernel's choice
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no block free: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
